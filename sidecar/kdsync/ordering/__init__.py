@@ -1,0 +1,36 @@
+"""The ordering core: a sans-I/O, deterministic total-order protocol for kdsync groups.
+
+No sockets, clocks, threads, randomness or Kafka in here (enforced by
+tests/unit/test_layering.py); the shells in kdsync.sidecar and kdsync.simulation drive it.
+"""
+
+from kdsync.ordering.events import DeliveredEvent, OriginBatch, OriginPartition, SourceEvent
+from kdsync.ordering.group import GroupSpec, GroupSpecError, Timing
+from kdsync.ordering.ledger import BatchVerdict, Delivery, DeliveryLedger, LedgerState
+from kdsync.ordering.log import Entry, ReplicatedLog
+from kdsync.ordering.messages import Message, Outbound
+from kdsync.ordering.node import HardState, NodeStatus, OrderingNode, Ready, RecoveredState, Role
+
+__all__ = [
+    "BatchVerdict",
+    "DeliveredEvent",
+    "Delivery",
+    "DeliveryLedger",
+    "Entry",
+    "GroupSpec",
+    "GroupSpecError",
+    "HardState",
+    "LedgerState",
+    "Message",
+    "NodeStatus",
+    "OrderingNode",
+    "OriginBatch",
+    "OriginPartition",
+    "Outbound",
+    "Ready",
+    "RecoveredState",
+    "ReplicatedLog",
+    "Role",
+    "SourceEvent",
+    "Timing",
+]

@@ -1,0 +1,67 @@
+"""What the ordering core orders: batches of source events, identified by their origin.
+
+An event is identified by (origin member, topic, partition, offset). Batches carry consumer
+*positions* (Kafka's "next offset to read") rather than offsets so that a chain of batches
+from one origin partition can be checked for continuity even though Kafka offsets have
+holes (transaction markers, compaction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Header = tuple[str, bytes | None]
+OriginPartition = tuple[str, str, int]  # (origin member, topic, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceEvent:
+    """One record read (read_committed) from an origin's topic."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OriginBatch:
+    """Consecutive events of one origin partition, offered for ordering by that origin.
+
+    ``start`` is the consumer position before the first event and ``end`` the position
+    after the last one, so consecutive batches satisfy ``next.start == prev.end``.
+    ``opens`` marks the first batch an origin sends for a partition since it (re)started:
+    only such a batch may begin a chain that the ordered stream has not seen yet.
+    """
+
+    origin: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    opens: bool
+    events: tuple[SourceEvent, ...]
+
+    @property
+    def origin_partition(self) -> OriginPartition:
+        return (self.origin, self.topic, self.partition)
+
+    def size_bytes(self) -> int:
+        size = 0
+        for event in self.events:
+            size += 24 + len(event.key or b"") + len(event.value or b"")
+            for name, value in event.headers:
+                size += len(name) + len(value or b"")
+        return size
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveredEvent:
+    """An event in its agreed place: ``seq`` is its position in the topic's global stream."""
+
+    seq: int
+    origin: str
+    topic: str
+    partition: int
+    event: SourceEvent

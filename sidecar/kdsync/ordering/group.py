@@ -1,0 +1,54 @@
+"""Static description of an ordering group and the core's timing parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class GroupSpecError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """The voting members of a group. Witnesses vote but own no Kafka cluster."""
+
+    members: tuple[str, ...]
+    witnesses: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if len(self.members) < 2:
+            raise GroupSpecError("a group needs at least 2 members")
+        if len(set(self.members)) != len(self.members):
+            raise GroupSpecError(f"member names must be unique: {list(self.members)}")
+        unknown = self.witnesses - set(self.members)
+        if unknown:
+            raise GroupSpecError(f"witnesses {sorted(unknown)} are not members")
+        if len(self.witnesses) >= len(self.data_members):
+            # Committed entries must always reach a member that keeps them durably.
+            raise GroupSpecError("a group needs more data members than witnesses")
+
+    @property
+    def data_members(self) -> tuple[str, ...]:
+        return tuple(m for m in self.members if m not in self.witnesses)
+
+    @property
+    def quorum(self) -> int:
+        return len(self.members) // 2 + 1
+
+    def is_witness(self, member: str) -> bool:
+        return member in self.witnesses
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Core parameters, in ticks and counts. The shell decides how long a tick is."""
+
+    heartbeat_ticks: int = 1
+    election_ticks: int = 10  # a follower campaigns after 1x..2x this without a leader
+    witness_election_factor: int = 3  # witnesses wait longer: data members should lead
+    resend_ticks: int = 40  # an origin offers an unordered batch again after this long
+    max_entries_per_append: int = 512
+    max_uncommitted: int = 4096  # a leader refuses new batches beyond this backlog
+    max_outbox: int = 1024  # batches an origin may have in flight
+    retained_applied: int = 1024  # applied entries kept in memory for lagging peers

@@ -1,0 +1,99 @@
+"""Messages between members of an ordering group (Raft, plus witness recovery).
+
+Every message carries the sender's term. Replies echo the incarnation of the request's
+sender so that a member that restarted ignores answers meant for its previous life.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdsync.ordering.events import OriginBatch
+from kdsync.ordering.log import Entry
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    term: int
+    last_index: int
+    last_term: int
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class VoteReply:
+    term: int
+    granted: bool
+    incarnation: int  # the candidate's, echoed
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    term: int
+    prev_index: int
+    prev_term: int
+    entries: tuple[Entry, ...]
+    commit: int
+    incarnation: int
+    all_durable: int  # every data member has stored the log up to here (for compaction)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendReply:
+    term: int
+    success: bool
+    match_index: int  # on success: the follower's log matches the leader's up to here
+    hint_index: int  # on failure: the leader should retry from hint_index + 1
+    rejected_index: int  # on failure: the prev_index that did not match
+    incarnation: int  # the leader's, echoed
+    peer_incarnation: int  # the replier's own
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Batches an origin wants ordered, sent to the member it believes leads."""
+
+    term: int
+    batches: tuple[OriginBatch, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """A witness leader hands leadership to an up-to-date data member."""
+
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverRequest:
+    """A member that lost its state (a witness: it keeps nothing durable) asks for it."""
+
+    term: int
+    nonce: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverReply:
+    term: int
+    nonce: int
+    commit_index: int
+    commit_term: int
+    entries: tuple[Entry, ...]  # the sender's log after commit_index
+
+
+Message = (
+    VoteRequest
+    | VoteReply
+    | Append
+    | AppendReply
+    | Forward
+    | TimeoutNow
+    | RecoverRequest
+    | RecoverReply
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    to: str
+    message: Message

@@ -1,0 +1,65 @@
+"""A seeded network that delays, drops, duplicates, reorders and partitions messages."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass
+
+from kdsync.ordering import Message
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFaults:
+    max_delay: int = 2  # ticks; a random delay in [0, max_delay] also reorders
+    drop: float = 0.0
+    duplicate: float = 0.0
+
+
+class SimNetwork:
+    def __init__(self, rng: random.Random, faults: LinkFaults) -> None:
+        self._rng = rng
+        self.faults = faults
+        self._queue: list[tuple[int, int, str, str, Message]] = []
+        self._counter = 0
+        self._cut: set[frozenset[str]] = set()
+        self.sent = 0
+        self.dropped = 0
+
+    def partition(self, side_a: set[str], side_b: set[str]) -> None:
+        for a in side_a:
+            for b in side_b:
+                self._cut.add(frozenset((a, b)))
+
+    def heal(self) -> None:
+        self._cut.clear()
+
+    def connected(self, a: str, b: str) -> bool:
+        return frozenset((a, b)) not in self._cut
+
+    def send(self, now: int, sender: str, receiver: str, message: Message) -> None:
+        self.sent += 1
+        faults = self.faults
+        if not self.connected(sender, receiver) or (
+            faults.drop and self._rng.random() < faults.drop
+        ):
+            self.dropped += 1
+            return
+        copies = 2 if faults.duplicate and self._rng.random() < faults.duplicate else 1
+        for _ in range(copies):
+            delay = self._rng.randint(0, faults.max_delay) if faults.max_delay else 0
+            self._counter += 1
+            heapq.heappush(self._queue, (now + delay, self._counter, sender, receiver, message))
+
+    def due(self, now: int) -> list[tuple[str, str, Message]]:
+        """Messages due by ``now``; a partition formed meanwhile still cuts them."""
+        out: list[tuple[str, str, Message]] = []
+        queue = self._queue
+        while queue and queue[0][0] <= now:
+            _, _, sender, receiver, message = heapq.heappop(queue)
+            if self.connected(sender, receiver):
+                out.append((sender, receiver, message))
+        return out
+
+    def in_flight(self) -> int:
+        return len(self._queue)

@@ -1,0 +1,535 @@
+"""TcpTransport over real sockets on 127.0.0.1 with real mutual TLS.
+
+Every test runs its own event loop with ``asyncio.run`` and waits on conditions with
+deadlines (polling the transports' observable state), never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import socket
+import ssl
+import time
+import warnings
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kdsync.pki import make_group_pki
+from kdsync.transport import (
+    LinkStatus,
+    MemberTlsFiles,
+    ReceivedFrame,
+    TcpTransport,
+    TcpTransportConfig,
+    TransportClosed,
+)
+from kdsync.transport.framing import LENGTH_PREFIX, encode_frame
+from kdsync.transport.tls import client_context
+
+GROUP = "orders"
+MEMBERS = ["a", "b", "c"]
+DEADLINE_S = 15.0
+
+
+# -- fixtures and helpers -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, MemberTlsFiles]:
+    """The group's PKI, plus 'mallory': signed by the same CA but not in the group."""
+    return make_group_pki(GROUP, [*MEMBERS, "mallory"], tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def foreign_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, MemberTlsFiles]:
+    """Certificates for the *same* group and member names from a different CA."""
+    return make_group_pki(GROUP, MEMBERS, tmp_path_factory.mktemp("foreign-pki"))
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def group_configs(
+    pki: dict[str, MemberTlsFiles] | None,
+    members: list[str] = MEMBERS,
+    **overrides: Any,
+) -> dict[str, TcpTransportConfig]:
+    """One config per member on fresh loopback ports; ``pki=None`` means insecure."""
+    ports = dict(zip(members, free_ports(len(members)), strict=True))
+    peers = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+    settings: dict[str, Any] = {"backoff_initial_s": 0.02, "backoff_max_s": 0.2}
+    settings.update(overrides)
+    return {
+        name: TcpTransportConfig(
+            group=GROUP,
+            member=name,
+            listen=peers[name],
+            peers=peers,
+            tls=None if pki is None else pki[name],
+            insecure=pki is None,
+            **settings,
+        )
+        for name in members
+    }
+
+
+def no_jitter() -> float:
+    return 0.0
+
+
+async def wait_until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+        await asyncio.sleep(0.01)
+
+
+async def receive_frames(
+    transport: TcpTransport, count: int, timeout: float = DEADLINE_S
+) -> list[ReceivedFrame]:
+    async def collect() -> list[ReceivedFrame]:
+        return [await transport.receive() for _ in range(count)]
+
+    async with asyncio.timeout(timeout):
+        return await collect()
+
+
+def connected(transport: TcpTransport, *peers: str) -> Callable[[], bool]:
+    def check() -> bool:
+        states = transport.peer_states()
+        return all(states[peer].outbound is LinkStatus.CONNECTED for peer in peers)
+
+    return check
+
+
+@contextlib.asynccontextmanager
+async def running(*configs: TcpTransportConfig) -> AsyncIterator[list[TcpTransport]]:
+    transports = [TcpTransport(config, jitter=no_jitter) for config in configs]
+    try:
+        for transport in transports:
+            await transport.start()
+        yield transports
+    finally:
+        for transport in transports:
+            await transport.close()
+
+
+async def intrude(port: int, tls: ssl.SSLContext | None, payloads: list[bytes]) -> bytes:
+    """Connect as an untrusted client, write ``payloads``, and wait for the server to
+    close the connection. Returns whatever the server sent before closing."""
+    received = b""
+    try:
+        async with asyncio.timeout(DEADLINE_S):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
+    except (OSError, ssl.SSLError):
+        return received  # rejected during the handshake: the best outcome
+    try:
+        with contextlib.suppress(OSError):
+            for payload in payloads:
+                writer.write(payload)
+            await writer.drain()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            async with asyncio.timeout(DEADLINE_S):
+                while chunk := await reader.read(65536):
+                    received += chunk
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()
+    return received
+
+
+def hello(member: str, group: str = GROUP) -> bytes:
+    return encode_frame(
+        f'{{"kdsync":"hello","version":1,"group":"{group}","member":"{member}"}}'.encode()
+    )
+
+
+def run(coro_fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a test body on a fresh loop and require that it leaves no task behind."""
+
+    async def body_then_check() -> None:
+        await coro_fn()
+        pending = asyncio.all_tasks() - {asyncio.current_task()}
+        assert not pending, f"tasks left running: {pending}"
+
+    asyncio.run(body_then_check())
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_tasks_or_transports(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """No test may leave an unclosed socket or log an error (asyncio reports destroyed
+    pending tasks and unretrieved task exceptions as errors; the transport logs its
+    own unexpected failures as errors)."""
+    caplog.set_level(logging.INFO)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        yield
+        gc.collect()
+    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not leaks, leaks
+    errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
+
+
+async def assert_delivers(sender: TcpTransport, receiver: TcpTransport, payload: bytes) -> None:
+    assert sender.send(receiver.member, payload)
+    (frame,) = await receive_frames(receiver, 1)
+    assert frame == (sender.member, payload)
+
+
+# -- tests --------------------------------------------------------------------------
+
+
+def test_three_members_exchange_frames_both_ways(pki: dict[str, MemberTlsFiles]) -> None:
+    configs = group_configs(pki)
+
+    async def main() -> None:
+        async with running(*configs.values()) as transports:
+            by_name = {t.member: t for t in transports}
+            for t in transports:
+                for peer in t.peers:
+                    for seq in range(3):
+                        assert t.send(peer, f"{t.member}->{peer}#{seq}".encode())
+            for t in transports:
+                frames = await receive_frames(t, 6)
+                expected = {
+                    (src, f"{src}->{t.member}#{seq}".encode())
+                    for src in MEMBERS
+                    if src != t.member
+                    for seq in range(3)
+                }
+                assert set(frames) == expected
+                # One connection per direction keeps each sender's frames in order.
+                for src in t.peers:
+                    from_src = [f.payload for f in frames if f.peer == src]
+                    assert from_src == [f"{src}->{t.member}#{seq}".encode() for seq in range(3)]
+            for t in transports:
+                await wait_until(connected(t, *t.peers), f"{t.member} reports all connected")
+                states = t.peer_states()
+                assert all(s.inbound_connected for s in states.values())
+                assert all(s.frames_sent == 3 and s.frames_received == 3 for s in states.values())
+            assert by_name["a"].rejected_connections == 0
+
+    run(main)
+
+
+def test_one_byte_and_eight_mib_frames_arrive_intact(pki: dict[str, MemberTlsFiles]) -> None:
+    configs = group_configs(pki, ["a", "b"])
+    large = os.urandom(8 * 1024 * 1024 + 3)
+
+    async def main() -> None:
+        async with running(*configs.values()) as (a, b):
+            assert a.send("b", b"\x01")
+            assert a.send("b", large)
+            assert a.send("b", b"")
+            assert b.send("a", large)
+            frames = await receive_frames(b, 3)
+            assert [f.payload for f in frames] == [b"\x01", large, b""]
+            (back,) = await receive_frames(a, 1)
+            assert back.payload == large
+
+    run(main)
+
+
+def test_stranger_without_client_certificate_gets_nothing(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    configs = group_configs(pki, ["a", "b"])
+    port = int(configs["a"].listen.rsplit(":", 1)[1])
+
+    async def main() -> None:
+        async with running(*configs.values()) as (a, b):
+            # Trusts the group CA (so it would talk to a) but has no certificate.
+            stranger = ssl.create_default_context(cafile=str(pki["a"].ca_cert))
+            stranger.check_hostname = False
+            got = await intrude(port, stranger, [hello("b"), encode_frame(b"injected")])
+            assert got == b""
+            # A real member certificate over TLS 1.2 is refused: 1.3 is the minimum.
+            old_tls = client_context(pki["b"])
+            old_tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            old_tls.maximum_version = ssl.TLSVersion.TLSv1_2
+            assert await intrude(port, old_tls, [hello("b"), encode_frame(b"injected")]) == b""
+            # Plain TCP garbage on the TLS port fails the handshake too.
+            assert await intrude(port, None, [b"GET / HTTP/1.1\r\n\r\n" * 10]) == b""
+            await assert_delivers(b, a, b"sentinel")
+            assert sum(s.frames_received for s in a.peer_states().values()) == 1
+
+    run(main)
+
+
+def test_client_certificate_from_another_ca_is_rejected(
+    pki: dict[str, MemberTlsFiles], foreign_pki: dict[str, MemberTlsFiles]
+) -> None:
+    configs = group_configs(pki, ["a", "b"])
+    port = int(configs["a"].listen.rsplit(":", 1)[1])
+
+    async def main() -> None:
+        async with running(*configs.values()) as (a, b):
+            # Names member "b" of the right group, but the wrong CA signed it.
+            forged = client_context(replace(foreign_pki["b"], ca_cert=pki["b"].ca_cert))
+            got = await intrude(port, forged, [hello("b"), encode_frame(b"injected")])
+            assert got == b""
+            await assert_delivers(b, a, b"sentinel")
+            assert sum(s.frames_received for s in a.peer_states().values()) == 1
+
+    run(main)
+
+
+def test_group_ca_certificate_for_a_non_member_is_rejected(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    configs = group_configs(pki, ["a", "b"])
+    port = int(configs["a"].listen.rsplit(":", 1)[1])
+
+    async def main() -> None:
+        async with running(*configs.values()) as (a, b):
+            mallory = client_context(pki["mallory"])
+            got = await intrude(port, mallory, [hello("mallory"), encode_frame(b"injected")])
+            assert got == b""
+            # A member certificate with a hello claiming another member is refused too.
+            impostor = client_context(pki["c"])
+            assert await intrude(port, impostor, [hello("b"), encode_frame(b"x")]) == b""
+            await wait_until(lambda: a.rejected_connections == 2, "a counts two rejections")
+            await assert_delivers(b, a, b"sentinel")
+            assert sum(s.frames_received for s in a.peer_states().values()) == 1
+
+    run(main)
+
+
+def test_dialer_refuses_a_target_presenting_another_members_certificate(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    configs = group_configs(pki, ["a", "b"])
+    # "b" listens on b's address but holds c's certificate.
+    wrong_b = replace(configs["b"], tls=pki["c"])
+
+    async def main() -> None:
+        async with running(configs["a"], wrong_b) as (a, b):
+            assert a.send("b", b"for b only")
+
+            def refused() -> bool:
+                error = a.peer_states()["b"].last_error or ""
+                return "expected 'b'" in error
+
+            await wait_until(refused, "a records that b presented the wrong certificate")
+            state = a.peer_states()["b"]
+            assert state.outbound is not LinkStatus.CONNECTED
+            assert state.frames_sent == 0
+            assert state.queued_frames == 1
+            assert b.peer_states()["a"].frames_received == 0
+
+    run(main)
+
+
+def test_garbage_and_oversized_frames_close_the_connection_not_the_listener(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    configs = group_configs(pki, ["a", "b", "c"], max_frame_bytes=1024 * 1024)
+    port = int(configs["a"].listen.rsplit(":", 1)[1])
+
+    async def main() -> None:
+        # Only a runs first: c's certificate is used by the raw test clients below.
+        async with running(configs["a"]) as (a,):
+            member_c = client_context(pki["c"])
+            attacks = [
+                [LENGTH_PREFIX.pack(0xFFFFFFFF)],  # huge hello length
+                [encode_frame(b"\xff\xfe not json")],  # garbage hello
+                [hello("c", group="other-group")],  # wrong group
+                [hello("c"), LENGTH_PREFIX.pack(2 * 1024 * 1024)],  # over max_frame_bytes
+                [hello("c"), LENGTH_PREFIX.pack(0xFFFFFFFF), b"\x00" * 1000],
+            ]
+            for number, attack in enumerate(attacks, start=1):
+                got = await intrude(port, member_c, attack)
+                # Only the welcome (sent after a valid hello) may come back.
+                assert got in (b"", _welcome_from("a")), got
+                assert a.peer_states()["c"].frames_received == 0, number
+            # Attacks 1-3 fail the hello; 4-5 pass it and are then cut off mid-stream.
+            assert a.rejected_connections == 3
+        # The listener still works: a real member connects and delivers.
+        async with running(configs["a"], configs["b"]) as (a, b):
+            await assert_delivers(b, a, b"still alive")
+
+    run(main)
+
+
+def _welcome_from(member: str) -> bytes:
+    return encode_frame(
+        f'{{"kdsync":"welcome","version":1,"group":"{GROUP}","member":"{member}"}}'.encode()
+    )
+
+
+def test_restarted_peer_is_reconnected_and_queued_frames_flow(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    configs = group_configs(pki, ["a", "b"])
+
+    async def main() -> None:
+        async with running(configs["a"]) as (a,):
+            async with running(configs["b"]) as (b,):
+                await assert_delivers(a, b, b"before restart")
+            # b is gone: a notices and backs off.
+            await wait_until(
+                lambda: a.peer_states()["b"].outbound is not LinkStatus.CONNECTED,
+                "a notices b went down",
+            )
+            assert a.send("b", b"sent while b was down")
+            assert a.peer_states()["b"].last_error is not None
+            async with running(configs["b"]) as (b,):
+                frames = await receive_frames(b, 1)
+                assert frames == [("a", b"sent while b was down")]
+                await assert_delivers(a, b, b"after restart")
+                await assert_delivers(b, a, b"and back")
+                assert a.peer_states()["b"].connect_attempts >= 2
+
+    run(main)
+
+
+def test_sends_to_a_down_peer_return_promptly_and_stay_bounded(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    configs = group_configs(pki, ["a", "b"], max_queue_frames=100, max_frame_bytes=1024)
+    configs["a"] = replace(configs["a"], max_queue_bytes=50 * 1024)
+
+    async def main() -> None:
+        # b never starts.
+        async with running(configs["a"]) as (a,):
+            started = time.monotonic()
+            accepted = sum(a.send("b", b"x" * 10) for _ in range(10_000))
+            elapsed = time.monotonic() - started
+            assert accepted == 100
+            assert elapsed < 1.0, elapsed
+            state = a.peer_states()["b"]
+            assert (state.queued_frames, state.frames_dropped) == (100, 9_900)
+            # The byte bound applies too: 1 KiB frames fill 50 KiB before 100 frames.
+            a2_config = replace(configs["a"], listen=f"127.0.0.1:{free_ports(1)[0]}")
+            async with running(a2_config) as (a2,):
+                assert sum(a2.send("b", b"y" * 1024) for _ in range(1000)) == 50
+                assert a2.peer_states()["b"].queued_bytes == 50 * 1024
+            await wait_until(
+                lambda: a.peer_states()["b"].outbound is LinkStatus.BACKOFF, "a backs off"
+            )
+            assert a.peer_states()["b"].last_error is not None
+            with pytest.raises(ValueError):
+                a.send("nobody", b"x")
+
+    run(main)
+
+
+def test_slow_receiver_pushes_back_to_bounded_sender_queue(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    frame_size = 16 * 1024
+    configs = group_configs(
+        pki,
+        ["a", "b"],
+        max_frame_bytes=frame_size,
+        max_queue_bytes=256 * 1024,
+        max_inbound_bytes=64 * 1024,
+    )
+
+    async def main() -> None:
+        async with running(*configs.values()) as (a, b):
+            await wait_until(connected(a, "b"), "a connected to b")
+            # b does not call receive(): its buffer fills, it stops reading, the kernel
+            # buffers fill, and finally a's queue is full and send() starts dropping.
+            accepted = 0
+            deadline = time.monotonic() + DEADLINE_S
+            while a.send("b", accepted.to_bytes(8, "big") + bytes(frame_size - 8)):
+                accepted += 1
+                assert time.monotonic() < deadline, "send never pushed back"
+                await asyncio.sleep(0)
+            # b read at most what its inbound bound admits (plus the one frame waiting
+            # for room), however much a pushed into the network.
+            assert b.peer_states()["a"].frames_received <= 64 * 1024 // frame_size + 1
+            assert a.peer_states()["b"].queued_bytes <= 256 * 1024
+            # Once b catches up, every accepted frame arrives, in order.
+            frames = await receive_frames(b, accepted)
+            assert [int.from_bytes(f.payload[:8], "big") for f in frames] == list(range(accepted))
+            assert a.peer_states()["b"].frames_dropped == 1
+
+    run(main)
+
+
+def test_close_leaves_no_pending_tasks(pki: dict[str, MemberTlsFiles]) -> None:
+    configs = group_configs(pki)
+
+    async def main() -> None:
+        transports = [TcpTransport(c, jitter=no_jitter) for c in configs.values()]
+        for t in transports:
+            await t.start()
+        for t in transports:
+            await wait_until(connected(t, *t.peers), "all connected")
+        # Leave traffic in flight and a caller blocked in receive() at close time.
+        for t in transports:
+            for peer in t.peers:
+                for _ in range(50):
+                    t.send(peer, os.urandom(64 * 1024))
+        blocked_receive = asyncio.create_task(transports[0].receive())
+        await asyncio.sleep(0)
+        for t in transports:
+            await t.close()
+            await t.close()  # idempotent
+        with pytest.raises(TransportClosed):
+            await transports[0].receive()
+        # Receivers blocked before close are woken up, possibly after taking a frame.
+        with contextlib.suppress(TransportClosed):
+            async with asyncio.timeout(1):
+                await blocked_receive
+        assert all(
+            s.outbound is LinkStatus.CLOSED for t in transports for s in t.peer_states().values()
+        )
+        assert not transports[0].send("b", b"after close")
+        pending = asyncio.all_tasks() - {asyncio.current_task()}
+        assert not pending, pending
+
+    run(main)
+
+
+def test_insecure_mode_works_and_warns_loudly(caplog: pytest.LogCaptureFixture) -> None:
+    configs = group_configs(None, ["a", "b"])
+    port = int(configs["a"].listen.rsplit(":", 1)[1])
+
+    async def main() -> None:
+        async with running(*configs.values()) as (a, b):
+            await assert_delivers(a, b, b"plaintext")
+            await assert_delivers(b, a, b"plaintext back")
+            # Without TLS the hello is all there is; a non-member is still refused.
+            assert await intrude(port, None, [hello("mallory"), encode_frame(b"x")]) == b""
+            assert await intrude(port, None, [os.urandom(64)]) == b""
+            await wait_until(lambda: a.rejected_connections == 2, "a rejects both")
+            assert a.peer_states()["b"].frames_received == 1
+
+    run(main)
+    assert any("INSECURE" in r.getMessage() for r in caplog.records)
+    assert any("UNAUTHENTICATED" in r.getMessage() for r in caplog.records)
+
+
+def test_pki_is_idempotent(tmp_path: Path) -> None:
+    first = make_group_pki(GROUP, ["a", "b"], tmp_path)
+    cert_a = first["a"].cert.read_bytes()
+    second = make_group_pki(GROUP, ["a", "b", "c"], tmp_path)
+    assert second["a"].cert.read_bytes() == cert_a
+    assert second["c"].cert.exists()
+    assert oct(second["c"].key.stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(ValueError):
+        make_group_pki(GROUP, ["a", "a"], tmp_path)
