@@ -169,11 +169,15 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None]:
     return preexec
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def _free_ports(count: int) -> list[int]:
+    """Distinct loopback ports that were free a moment ago (all held open while choosing)."""
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+        return ports
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -505,7 +509,7 @@ class LocalControlPlane:
     def _start_processes(self, deadline: float) -> None:
         assert self._pki is not None
         run = self.run_dir
-        etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+        etcd_port, peer_port, api_port = _free_ports(3)
         client_url = f"http://127.0.0.1:{etcd_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         data_dir = run / "etcd"
@@ -573,7 +577,10 @@ class LocalControlPlane:
             if child.exited():
                 log = _tail(child.log_path)
                 if "address already in use" in log:
-                    raise _PortTakenError(child.name)
+                    raise _PortTakenError(
+                        f"{child.name} found its port taken {_PORT_ATTEMPTS} times; "
+                        f"last lines of {child.log_path}:\n{log}"
+                    )
                 raise ControlPlaneError(
                     f"{child.name} exited with {child.proc.returncode} while starting; "
                     f"last lines of {child.log_path}:\n{log}"

@@ -58,8 +58,8 @@ class HardState:
 class RecoveredState:
     """What a data member reads back from its own Kafka cluster at start-up."""
 
-    hard_state: HardState = HardState()
-    ledger: LedgerState = LedgerState()
+    hard_state: HardState = field(default_factory=HardState)
+    ledger: LedgerState = field(default_factory=LedgerState)
     entries: tuple[Entry, ...] = ()  # persisted log entries after ledger.applied_index
 
 
@@ -148,6 +148,11 @@ class OrderingNode:
         self._progress_at: dict[str, int] = {}
         self._sent_commit: dict[str, int] = {}
         self._peer_incarnation: dict[str, int] = {}
+        # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
+        # not appended again (it would only be dropped as a duplicate after ordering).
+        self._uncommitted: dict[tuple[OriginPartition, int, int], int] = {}
+        # Forwarded batches wait here while the uncommitted backlog is full (bounded).
+        self._admission: deque[OriginBatch] = deque()
 
         self._outbox: dict[OriginPartition, deque[_Pending]] = {}
         self._opened: set[OriginPartition] = set()
@@ -256,15 +261,19 @@ class OrderingNode:
             self._on_append(sender, message)
         elif isinstance(message, AppendReply):
             self._on_append_reply(sender, message)
-        elif isinstance(message, TimeoutNow):
-            if message.term == self.term and self.role == Role.FOLLOWER:
-                self._campaign()
+        elif (
+            isinstance(message, TimeoutNow)
+            and message.term == self.term
+            and self.role == Role.FOLLOWER
+        ):
+            self._campaign()
 
     # ------------------------------------------------------------------ outputs
 
     def ready(self) -> Ready:
         self._flush_outbox()
         if self.role == Role.LEADER:
+            self._admit()
             self._replicate(heartbeat=False)
         ready = self._ready
         if self._hard_dirty:
@@ -323,6 +332,8 @@ class OrderingNode:
         self.role = Role.FOLLOWER
         self.leader = leader
         self._votes.clear()
+        self._uncommitted.clear()
+        self._admission.clear()
         self._reset_election_timer()
         if leader != was_leader and leader is not None:
             self._on_leader_change()
@@ -346,6 +357,9 @@ class OrderingNode:
         self._match = {p: 0 for p in self._peers}
         self._probing = set(self._peers)
         self._probe_inflight = set()
+        self._uncommitted = {}
+        for index in range(self.commit_index + 1, self.log.last_index + 1):
+            self._track_uncommitted(self.log.entry(index))
         self._progress_at = {p: self._now for p in self._peers}
         self._sent_commit = {p: 0 for p in self._peers}
         # A no-op in the new term lets earlier entries commit (Raft, section 5.4.2).
@@ -392,8 +406,15 @@ class OrderingNode:
 
     def _append_local(self, batch: OriginBatch | None) -> None:
         index = self.log.last_index + 1
-        self.log.append(Entry(index, self.term, batch))
+        entry = Entry(index, self.term, batch)
+        self.log.append(entry)
+        self._track_uncommitted(entry)
         self._mark_persist(index)
+
+    def _track_uncommitted(self, entry: Entry) -> None:
+        if entry.batch is not None:
+            batch = entry.batch
+            self._uncommitted[(batch.origin_partition, batch.start, batch.end)] = entry.index
 
     def _mark_persist(self, index: int) -> None:
         current = self._ready.persist_from
@@ -472,13 +493,19 @@ class OrderingNode:
                 if entries is not None:
                     self._send_append(peer, entries, first - 1)
                     self._next[peer] = first  # probes do not advance optimistically
-            elif self._next[peer] <= last:
+            elif self._next[peer] <= last and self._window_open(peer):
                 entries = self._entries_for(peer, self._next[peer])
                 if entries is not None:
                     self._send_append(peer, entries, self._next[peer] - 1)
             elif heartbeat or self._sent_commit[peer] < self.commit_index:
                 # Nothing new: a bare heartbeat at a position the peer is known to hold.
                 self._send_append(peer, [], self._match[peer])
+
+    def _window_open(self, peer: str) -> bool:
+        # Bound what is in flight to a peer, so a slow peer cannot make us send the log
+        # again and again (etcd's MaxInflightMsgs plays the same role).
+        in_flight = self._next[peer] - 1 - self._match[peer]
+        return in_flight < 4 * self.timing.max_entries_per_append
 
     def _start_probing(self, peer: str) -> None:
         self._probing.add(peer)
@@ -536,7 +563,9 @@ class OrderingNode:
             self._next[peer] = self.log.last_index + 1
             self._probing.add(peer)
         self._peer_incarnation[peer] = reply.peer_incarnation
-        self._probe_inflight.discard(peer)
+        if reply.success or reply.rejected_index == self._next[peer] - 1:
+            # This answers the probe in flight (older answers must not trigger resends).
+            self._probe_inflight.discard(peer)
         if reply.success:
             if reply.match_index > self._match[peer]:
                 # Only a growing match is progress: heartbeats are answered while lost
@@ -578,6 +607,11 @@ class OrderingNode:
     def _advance_commit(self, index: int) -> None:
         if index <= self.commit_index:
             return
+        if self._uncommitted:
+            for position in range(self.commit_index + 1, index + 1):
+                batch = self.log.entry(position).batch
+                if batch is not None:
+                    self._uncommitted.pop((batch.origin_partition, batch.start, batch.end), None)
         self.commit_index = index
         if self.ledger is None:
             self._compact()
@@ -585,7 +619,8 @@ class OrderingNode:
         while self.ledger.applied_index < self.commit_index:
             delivery = self.ledger.apply(self.log.entry(self.ledger.applied_index + 1))
             self._ready.deliveries.append(delivery)
-            if delivery.origin_partition is not None and delivery.origin_partition[0] == self.member:
+            where = delivery.origin_partition
+            if where is not None and where[0] == self.member:
                 self._settle_outbox(delivery)
 
     def _compact(self) -> None:
@@ -598,7 +633,8 @@ class OrderingNode:
             upto = min(self._durable_applied, floor)
         if upto > self.log.snapshot_index:
             self.log.compact(upto)
-            for index in [i for i in self._loaded if i <= upto - self.timing.max_entries_per_append]:
+            stale = upto - self.timing.max_entries_per_append
+            for index in [i for i in self._loaded if i <= stale]:
                 del self._loaded[index]
 
     # ------------------------------------------------------------------ witness handover
@@ -606,8 +642,10 @@ class OrderingNode:
     def _hand_over_leadership(self) -> None:
         if self._now - self._transfer_sent_at < self.timing.election_ticks * 2:
             return
+        if self.commit_index != self.log.last_index:
+            return
         for peer in self.group.data_members:
-            if self._match[peer] == self.log.last_index and self.commit_index == self.log.last_index:
+            if self._match[peer] == self.log.last_index:
                 self._transfer_sent_at = self._now
                 self._send(peer, TimeoutNow(self.term))
                 return
@@ -660,14 +698,21 @@ class OrderingNode:
     def _on_forward(self, forward: Forward) -> None:
         if self.role != Role.LEADER:
             return  # the origin offers again once it learns who leads
-        for batch in forward.batches:
-            self._accept_batch(batch)
+        room = 2 * self.timing.max_uncommitted - len(self._admission)
+        self._admission.extend(forward.batches[: max(0, room)])
+        self._admit()
+
+    def _admit(self) -> None:
+        while self._admission and self._accept_batch(self._admission[0]):
+            self._admission.popleft()
 
     def _accept_batch(self, batch: OriginBatch) -> bool:
         if self.log.last_index - self.commit_index >= self.timing.max_uncommitted:
             return False
         if self.ledger is not None and self.ledger.covers(batch):
             return True  # already delivered: ordering it again would only be dropped
+        if (batch.origin_partition, batch.start, batch.end) in self._uncommitted:
+            return True
         self._append_local(batch)
         return True
 

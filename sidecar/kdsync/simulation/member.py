@@ -31,9 +31,10 @@ class SimKafka:
     """The durable state of one data member: what survives a sidecar crash."""
 
     sources: dict[tuple[str, int], list[SourceEvent]] = field(default_factory=dict)
-    hard_state: HardState = HardState()
+    hard_state: HardState = field(default_factory=HardState)
     log: list[Entry] = field(default_factory=list)  # the internal log topic
-    ledger: LedgerState = LedgerState()  # written in the same transaction as globals
+    # The ledger is written in the same Kafka transaction as the global topics.
+    ledger: LedgerState = field(default_factory=LedgerState)
     globals: dict[str, list[DeliveredEvent]] = field(default_factory=dict)
     committed: dict[tuple[str, int], int] = field(default_factory=dict)  # source positions
 

@@ -11,9 +11,12 @@ from kdsync.ordering import Message
 
 @dataclass(frozen=True, slots=True)
 class LinkFaults:
-    max_delay: int = 2  # ticks; a random delay in [0, max_delay] also reorders
+    max_delay: int = 2  # ticks; a random delay in [0, max_delay]
     drop: float = 0.0
     duplicate: float = 0.0
+    # Links are FIFO like the TCP connections they model; with this chance a message
+    # may overtake earlier ones (as after a reconnect).
+    reorder: float = 0.0
 
 
 class SimNetwork:
@@ -23,6 +26,7 @@ class SimNetwork:
         self._queue: list[tuple[int, int, str, str, Message]] = []
         self._counter = 0
         self._cut: set[frozenset[str]] = set()
+        self._link_clock: dict[tuple[str, str], int] = {}
         self.sent = 0
         self.dropped = 0
 
@@ -46,10 +50,15 @@ class SimNetwork:
             self.dropped += 1
             return
         copies = 2 if faults.duplicate and self._rng.random() < faults.duplicate else 1
+        link = (sender, receiver)
         for _ in range(copies):
             delay = self._rng.randint(0, faults.max_delay) if faults.max_delay else 0
+            at = now + delay
+            if not (faults.reorder and self._rng.random() < faults.reorder):
+                at = max(at, self._link_clock.get(link, 0))
+                self._link_clock[link] = at
             self._counter += 1
-            heapq.heappush(self._queue, (now + delay, self._counter, sender, receiver, message))
+            heapq.heappush(self._queue, (at, self._counter, sender, receiver, message))
 
     def due(self, now: int) -> list[tuple[str, str, Message]]:
         """Messages due by ``now``; a partition formed meanwhile still cuts them."""

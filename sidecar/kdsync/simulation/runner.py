@@ -82,7 +82,7 @@ def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Out
                 network.heal()
         if now == end_of_faults:
             network.heal()
-            network.faults = LinkFaults(max_delay=scenario.link.max_delay)
+            network.faults = LinkFaults(max_delay=scenario.link.max_delay, reorder=0.01)
             for member in order:
                 member.crash_in_ready = 0.0
                 if not member.up:
@@ -122,7 +122,9 @@ def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Out
     violations = check_properties(globals_by_member, sources, require_complete=True)
     if settled_after is None and not violations:
         violations.append(
-            Violation("progress", "group", f"not complete {scenario.settle_ticks} ticks after healing")
+            Violation(
+                "progress", "group", f"not complete {scenario.settle_ticks} ticks after healing"
+            )
         )
     return Outcome(scenario, tuple(violations), len(sources), now, network.sent, settled_after)
 

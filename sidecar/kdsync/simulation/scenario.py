@@ -36,7 +36,7 @@ class Scenario:
         return (
             f"seed={self.seed} members={len(self.group.members)}{witnesses} "
             f"faults={len(self.faults)} drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
-            f"delay<={self.link.max_delay}"
+            f"reorder={self.link.reorder:.2f} delay<={self.link.max_delay}"
         )
 
 
@@ -50,7 +50,15 @@ def make_scenario(seed: int) -> Scenario:
     elif size >= 5 and rng.random() < 0.3:
         witnesses = frozenset(names[-rng.randint(1, 2) :])
     group = GroupSpec(names, witnesses)
-    election = rng.randint(4, 12)
+    link = LinkFaults(
+        max_delay=rng.choice((0, 1, 2, 4)),
+        drop=rng.choice((0.0, 0.0, 0.02, 0.1, 0.25)),
+        duplicate=rng.choice((0.0, 0.0, 0.05, 0.2)),
+        reorder=rng.choice((0.0, 0.01, 0.1, 1.0)),
+    )
+    # As in any Raft deployment, the election timeout must exceed a round trip.
+    floor = 4 + 2 * link.max_delay
+    election = rng.randint(floor, floor + 8)
     timing = Timing(
         heartbeat_ticks=1,
         election_ticks=election,
@@ -60,11 +68,6 @@ def make_scenario(seed: int) -> Scenario:
         max_uncommitted=rng.choice((16, 256)),
         max_outbox=rng.choice((4, 32, 256)),
         retained_applied=rng.choice((0, 3, 50)),
-    )
-    link = LinkFaults(
-        max_delay=rng.choice((0, 1, 2, 4)),
-        drop=rng.choice((0.0, 0.0, 0.02, 0.1, 0.25)),
-        duplicate=rng.choice((0.0, 0.0, 0.05, 0.2)),
     )
     topics = tuple((f"t{i}", rng.randint(1, 2)) for i in range(rng.randint(1, 2)))
     fault_ticks = rng.randint(60, 240)
