@@ -1,0 +1,535 @@
+"""Scenario tests of the real OrderingNode, three members wired by a tiny message pump.
+
+The pump is deterministic and lossless: every outbound message is delivered immediately,
+in the order it was produced, unless the test cut the link or the receiver is down. Each
+``Ready`` is handled the way a shell must (kdsync.simulation.member): persist hard state
+and entries, then send the messages, then answer loads, then write the deliveries and
+the ledger, then call ``applied``. Loops are bounded in ticks, never in wall time.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import pytest
+
+from kdsync.ordering import (
+    DeliveredEvent,
+    Entry,
+    GroupSpec,
+    GroupSpecError,
+    HardState,
+    LedgerState,
+    Message,
+    OrderingNode,
+    OriginBatch,
+    RecoveredState,
+    Role,
+    SourceEvent,
+    Timing,
+)
+
+TIMING = Timing()  # election after 10..20 ticks without a leader
+ELECTION_DEADLINE = 10 * TIMING.election_ticks
+PUMP_STEP_LIMIT = 1_000_000  # messages per pump: far beyond any test, catches livelock
+
+EventKey = tuple[str, str, int, int]  # origin, topic, partition, offset
+
+
+@dataclass
+class Disk:
+    """What a data member's own Kafka cluster keeps across a sidecar crash."""
+
+    hard_state: HardState = field(default_factory=HardState)
+    log: list[Entry] = field(default_factory=list)  # the internal log topic
+    ledger: LedgerState = field(default_factory=LedgerState)
+    delivered: list[DeliveredEvent] = field(default_factory=list)  # T-global, all topics
+    sources: dict[tuple[str, int], list[SourceEvent]] = field(default_factory=dict)
+
+    def recovered(self) -> RecoveredState:
+        after = self.ledger.applied_index
+        return RecoveredState(
+            self.hard_state, self.ledger, tuple(e for e in self.log if e.index > after)
+        )
+
+
+class Pump:
+    def __init__(
+        self,
+        group: GroupSpec,
+        timing: Timing = TIMING,
+        cut: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self.group = group
+        self.timing = timing
+        self.disks = {m: Disk() for m in group.members}
+        self.nodes: dict[str, OrderingNode | None] = dict.fromkeys(group.members)
+        self.positions: dict[str, dict[tuple[str, int], int]] = {m: {} for m in group.members}
+        self.cut = set(cut)  # (sender, receiver) links that drop every message
+        self.queue: deque[tuple[str, str, Message]] = deque()
+        self.ticks = 0
+        self.leaders_by_term: dict[int, str] = {}
+        self._incarnations = itertools.count(1)
+        self._next_offset: dict[tuple[str, str, int], int] = {}
+        for member in group.members:
+            self.start(member)
+
+    # ------------------------------------------------------------ membership
+
+    def node(self, member: str) -> OrderingNode:
+        node = self.nodes[member]
+        assert node is not None, f"{member} is down"
+        return node
+
+    def up(self) -> list[OrderingNode]:
+        return [n for n in self.nodes.values() if n is not None]
+
+    def start(self, member: str) -> None:
+        assert self.nodes[member] is None, f"{member} is already up"
+        witness = self.group.is_witness(member)
+        recovered = None if witness else self.disks[member].recovered()
+        node = OrderingNode(member, self.group, self.timing, next(self._incarnations), recovered)
+        self.nodes[member] = node
+        if not witness:
+            # The source consumer resumes from the positions committed with the ledger.
+            marks = self.disks[member].ledger.marks
+            self.positions[member] = {
+                (topic, partition): marks.get((member, topic, partition), 0)
+                for topic, partition in self.disks[member].sources
+            }
+            self._read_sources(member)
+        self.pump()
+
+    def crash(self, member: str) -> None:
+        self.nodes[member] = None  # messages in flight to it are lost
+
+    # ------------------------------------------------------------ sources
+
+    def produce(self, member: str, count: int, topic: str = "t", partition: int = 0) -> None:
+        """Append ``count`` events to ``member``'s source partition and offer them."""
+        sources = self.disks[member].sources.setdefault((topic, partition), [])
+        for _ in range(count):
+            key = (member, topic, partition)
+            offset = self._next_offset.get(key, 0)
+            self._next_offset[key] = offset + 1
+            sources.append(
+                SourceEvent(offset, f"{member}-{offset}".encode(), b"v", (), 1000 + offset)
+            )
+        if self.nodes[member] is not None:
+            self._read_sources(member)
+            self.pump()
+
+    def _read_sources(self, member: str) -> None:
+        node = self.node(member)
+        positions = self.positions[member]
+        for (topic, partition), events in self.disks[member].sources.items():
+            position = positions.get((topic, partition), 0)
+            for source in events:
+                if source.offset < position:
+                    continue
+                batch = OriginBatch(
+                    member, topic, partition, position, source.offset + 1, False, (source,)
+                )
+                if not node.offer(batch):
+                    break
+                position = source.offset + 1
+            positions[(topic, partition)] = position
+
+    def produced(self) -> set[EventKey]:
+        return {
+            (member, topic, partition, event.offset)
+            for member, disk in self.disks.items()
+            for (topic, partition), events in disk.sources.items()
+            for event in events
+        }
+
+    # ------------------------------------------------------------ driving
+
+    def pump(self) -> None:
+        steps = 0
+        while True:
+            progressed = False
+            for member, node in self.nodes.items():
+                if node is not None:
+                    progressed |= self._handle(member, node)
+            while self.queue:
+                sender, receiver, message = self.queue.popleft()
+                target = self.nodes[receiver]
+                if target is None or (sender, receiver) in self.cut:
+                    continue
+                target.receive(sender, message)
+                self._handle(receiver, target)
+                steps += 1
+                assert steps < PUMP_STEP_LIMIT, "the group never went quiet: a message storm"
+            if not progressed:
+                return
+
+    def _handle(self, member: str, node: OrderingNode) -> bool:
+        ready = node.ready()
+        if ready.is_empty():
+            return False
+        disk = self.disks[member]
+        if not self.group.is_witness(member):
+            if ready.hard_state is not None:
+                disk.hard_state = ready.hard_state
+            if ready.persist_from is not None:
+                disk.log = [e for e in disk.log if e.index < ready.persist_from] + ready.entries
+                assert [e.index for e in disk.log] == list(
+                    range(disk.log[0].index, disk.log[0].index + len(disk.log))
+                ) if disk.log else True, f"{member} persisted a log with holes"
+        for out in ready.messages:
+            self.queue.append((member, out.to, out.message))
+        if ready.loads:
+            wanted = {i for first, last in ready.loads for i in range(first, last + 1)}
+            node.entries_loaded([e for e in disk.log if e.index in wanted])
+        if ready.deliveries:
+            assert not self.group.is_witness(member), f"witness {member} delivered events"
+            assert ready.ledger is not None
+            for delivery in ready.deliveries:
+                disk.delivered.extend(delivery.events)
+            disk.ledger = ready.ledger
+            node.applied(ready.deliveries[-1].index)
+        self._check_one_leader_per_term()
+        return True
+
+    def _check_one_leader_per_term(self) -> None:
+        for node in self.up():
+            if node.role is Role.LEADER:
+                first = self.leaders_by_term.setdefault(node.term, node.member)
+                assert first == node.member, f"two leaders in term {node.term}"
+
+    def tick(self) -> None:
+        self.ticks += 1
+        for node in self.up():
+            node.tick()
+        self.pump()
+
+    def run_until(self, done: Callable[[], bool], ticks: int, what: str) -> int:
+        """Tick until ``done()``; fail with the group's state after ``ticks`` ticks."""
+        for elapsed in range(ticks + 1):
+            if done():
+                return elapsed
+            self.tick()
+        pytest.fail(f"{what}: not within {ticks} ticks\n{self.describe()}", pytrace=False)
+
+    # ------------------------------------------------------------ observations
+
+    def leader(self) -> str | None:
+        """The leader every live non-recovering member agrees on, if there is one."""
+        live = [n for n in self.up() if n.role is not Role.RECOVERING]
+        leaders = [n for n in live if n.role is Role.LEADER]
+        if len(leaders) != 1:
+            return None
+        chosen = leaders[0]
+        if all(n.leader == chosen.member and n.term == chosen.term for n in live):
+            return chosen.member
+        return None
+
+    def delivered(self, member: str) -> list[EventKey]:
+        return [(d.origin, d.topic, d.partition, d.event.offset) for d in self.disks[member].delivered]
+
+    def all_delivered_everywhere(self) -> bool:
+        wanted = self.produced()
+        return all(
+            set(self.delivered(m)) == wanted and self.nodes[m] is not None
+            for m in self.group.data_members
+        )
+
+    def describe(self) -> str:
+        lines = [f"after {self.ticks} ticks, {len(self.produced())} events produced:"]
+        for member in self.group.members:
+            node = self.nodes[member]
+            state = "down" if node is None else str(node.status())
+            lines.append(f"  {member}: delivered={len(self.disks[member].delivered)} {state}")
+        return "\n".join(lines)
+
+
+def assert_same_order_everywhere(pump: Pump, members: Iterable[str]) -> list[EventKey]:
+    streams = {m: pump.disks[m].delivered for m in members}
+    reference_member, reference = next(iter(streams.items()))
+    for member, stream in streams.items():
+        assert stream == reference, (
+            f"{member} and {reference_member} delivered different streams:\n"
+            f"  {member}: {pump.delivered(member)}\n"
+            f"  {reference_member}: {pump.delivered(reference_member)}"
+        )
+    keys = [(d.origin, d.topic, d.partition, d.event.offset) for d in reference]
+    assert len(keys) == len(set(keys)), "an event was delivered twice"
+    by_topic: dict[str, list[int]] = {}
+    for delivered in reference:
+        by_topic.setdefault(delivered.topic, []).append(delivered.seq)
+    for topic, seqs in by_topic.items():
+        assert seqs == list(range(len(seqs))), f"sequence numbers of {topic} are not 0..n-1"
+    by_origin: dict[tuple[str, str, int], list[int]] = {}
+    for origin, topic, partition, offset in keys:
+        by_origin.setdefault((origin, topic, partition), []).append(offset)
+    for where, offsets in by_origin.items():
+        assert offsets == sorted(offsets), f"origin order broken for {where}: {offsets}"
+    return keys
+
+
+THREE = GroupSpec(("a", "b", "c"))
+WITH_WITNESS = GroupSpec(("a", "b", "w"), witnesses=frozenset({"w"}))
+
+
+# ---------------------------------------------------------------- election
+
+
+def test_a_leader_is_elected_within_a_bounded_number_of_ticks() -> None:
+    pump = Pump(THREE)
+    assert all(n.role is Role.FOLLOWER for n in pump.up()), "everyone starts as a follower"
+    elapsed = pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    assert elapsed <= 2 * TIMING.election_ticks + 1, f"took {elapsed} ticks"
+    leader = pump.leader()
+    assert leader is not None
+    # A leader keeps its term while it can reach a majority: heartbeats hold elections off.
+    term = pump.node(leader).term
+    for _ in range(5 * TIMING.election_ticks):
+        pump.tick()
+    assert pump.leader() == leader
+    assert pump.node(leader).term == term
+
+
+def test_a_new_leader_is_elected_when_the_leader_crashes() -> None:
+    pump = Pump(THREE)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "first election")
+    old = pump.leader()
+    assert old is not None
+    old_term = pump.node(old).term
+    pump.crash(old)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "re-election")
+    new = pump.leader()
+    assert new is not None and new != old
+    assert pump.node(new).term > old_term
+
+
+# ---------------------------------------------------------------- ordering
+
+
+def test_batches_offered_at_any_member_are_delivered_in_the_same_order_everywhere() -> None:
+    pump = Pump(THREE)
+    # Offered before any leader exists: they wait in the origins' outboxes.
+    pump.produce("a", 3)
+    pump.produce("c", 2, topic="u")
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    for round_ in range(5):
+        pump.produce("a", 2)
+        pump.produce("b", 1 + round_)
+        pump.produce("c", 2, partition=1)
+        pump.produce("b", 1, topic="u")
+        pump.tick()
+    pump.run_until(pump.all_delivered_everywhere, 100, "every event at every member")
+    keys = assert_same_order_everywhere(pump, THREE.data_members)
+    assert set(keys) == pump.produced()
+    assert {origin for origin, *_ in keys} == {"a", "b", "c"}
+
+
+def test_origins_outbox_is_bounded() -> None:
+    timing = Timing(max_outbox=2)
+    node = OrderingNode("a", THREE, timing, incarnation=1)
+    events = [SourceEvent(o, None, b"v", (), 0) for o in range(3)]
+    batches = [OriginBatch("a", "t", 0, o, o + 1, False, (events[o],)) for o in range(3)]
+    assert node.offer(batches[0])
+    assert node.offer(batches[1])
+    assert not node.offer(batches[2]), "a full outbox refuses, it does not drop or grow"
+    assert node.outbox_size() == 2
+
+
+def test_offer_checks_the_origin() -> None:
+    node = OrderingNode("a", THREE, TIMING, incarnation=1)
+    foreign = OriginBatch("b", "t", 0, 0, 1, True, (SourceEvent(0, None, None, (), 0),))
+    with pytest.raises(ValueError, match="'b'"):
+        node.offer(foreign)
+
+
+def test_a_node_must_be_a_member() -> None:
+    with pytest.raises(ValueError, match="'z' is not a member"):
+        OrderingNode("z", THREE, TIMING, incarnation=1)
+
+
+# ---------------------------------------------------------------- crash and recovery
+
+
+def test_crashed_member_restarts_from_its_recovered_state_and_catches_up() -> None:
+    # Small appends and little retained log: the leader compacts past the crashed member
+    # and must read old entries back from its storage (Ready.loads) to catch it up.
+    timing = Timing(max_entries_per_append=2, retained_applied=4)
+    pump = Pump(THREE, timing)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    for member in ("a", "b", "c"):
+        pump.produce(member, 3)
+    pump.run_until(pump.all_delivered_everywhere, 100, "first events everywhere")
+
+    victim = next(m for m in THREE.members if m != pump.leader())
+    before = list(pump.disks[victim].delivered)
+    pump.crash(victim)
+    pump.produce(victim, 2)  # committed in its source, not read by anyone yet
+    for _ in range(20):
+        for member in THREE.members:
+            if member != victim:
+                pump.produce(member, 1)
+        pump.tick()
+    survivors = [m for m in THREE.members if m != victim]
+    pump.run_until(
+        lambda: all(len(pump.disks[m].delivered) == len(before) + 40 for m in survivors),
+        100,
+        "the survivors keep ordering without the crashed member",
+    )
+    assert pump.disks[victim].delivered == before, "a crashed member writes nothing"
+    for member in survivors:
+        assert pump.node(member).log.snapshot_index > pump.disks[victim].ledger.applied_index, (
+            "the scenario needs the survivors to have compacted past the crashed member"
+        )
+
+    recovered = pump.disks[victim].recovered()
+    assert recovered.hard_state == pump.disks[victim].hard_state
+    assert all(e.index > recovered.ledger.applied_index for e in recovered.entries)
+    pump.start(victim)
+    restarted = pump.node(victim)
+    assert restarted.status().applied_index == recovered.ledger.applied_index
+    assert restarted.term >= recovered.hard_state.term
+
+    pump.run_until(pump.all_delivered_everywhere, 200, "the restarted member catches up")
+    keys = assert_same_order_everywhere(pump, THREE.data_members)
+    assert pump.disks[victim].delivered[: len(before)] == before, "it appended, not rewrote"
+    assert set(keys) == pump.produced()
+
+
+def test_member_restarted_with_unapplied_entries_on_disk_keeps_them() -> None:
+    # Entries persisted but not yet applied at the crash come back through
+    # RecoveredState.entries; the restarted member applies each exactly once.
+    pump = Pump(THREE)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    leader = pump.leader()
+    assert leader is not None
+    follower = next(m for m in THREE.members if m != leader)
+    other = next(m for m in THREE.members if m not in (leader, follower))
+    # The follower stores the leader's entries, but no commit index reaches it.
+    pump.cut.add((follower, leader))
+    pump.cut.add((other, leader))
+    pump.produce(leader, 3)
+    assert len(pump.disks[follower].log) > len(pump.disks[follower].delivered)
+    unapplied = pump.disks[follower].recovered().entries
+    assert unapplied and any(e.batch is not None for e in unapplied), unapplied
+    pump.crash(follower)
+    pump.cut.clear()
+    pump.start(follower)
+    pump.run_until(pump.all_delivered_everywhere, 200, "everything everywhere after restart")
+    assert_same_order_everywhere(pump, THREE.data_members)
+
+
+# ---------------------------------------------------------------- witness
+
+
+def test_witness_recovers_from_both_data_members_before_it_follows() -> None:
+    fresh = OrderingNode("w", WITH_WITNESS, TIMING, incarnation=1)
+    assert fresh.role is Role.RECOVERING, "a witness keeps nothing: it starts recovering"
+    asked = {out.to for out in fresh.ready().messages}
+    assert asked == {"a", "b"}, "it asks every data member for its state"
+
+    # Let only a's answer through: one data member is not enough to recover from.
+    pump = Pump(WITH_WITNESS, cut=[("b", "w")])
+    assert pump.node("w").role is Role.RECOVERING
+    for _ in range(3 * TIMING.election_ticks):
+        pump.tick()
+        assert pump.node("w").role is Role.RECOVERING, "recovered without b's answer"
+    pump.cut.clear()
+    pump.run_until(
+        lambda: pump.node("w").role is not Role.RECOVERING,
+        2 * TIMING.election_ticks,
+        "witness recovery once both data members answer",
+    )
+    assert pump.node("w").role is Role.FOLLOWER
+
+
+def test_witness_delivers_nothing_and_cannot_offer() -> None:
+    pump = Pump(WITH_WITNESS)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    pump.produce("a", 4)
+    pump.produce("b", 4)
+    pump.run_until(pump.all_delivered_everywhere, 100, "events at both data members")
+    assert_same_order_everywhere(pump, ("a", "b"))
+    witness = pump.node("w")
+    assert witness.ledger is None
+    assert pump.disks["w"].delivered == []  # the pump also fails any witness delivery
+    pump.tick()  # the next heartbeat tells every follower the latest commit index
+    assert witness.commit_index == pump.node("a").commit_index, "it still tracks the commit"
+    batch = OriginBatch("w", "t", 0, 0, 1, True, (SourceEvent(0, None, b"v", (), 0),))
+    with pytest.raises(ValueError, match="witness"):
+        witness.offer(batch)
+
+
+def test_one_data_member_and_the_witness_keep_delivering() -> None:
+    pump = Pump(WITH_WITNESS)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    pump.produce("a", 2)
+    pump.produce("b", 2)
+    pump.run_until(pump.all_delivered_everywhere, 100, "events at both data members")
+    before = len(pump.disks["b"].delivered)
+
+    pump.crash("a")
+    pump.produce("b", 5)
+    pump.run_until(
+        lambda: len(pump.disks["b"].delivered) == before + 5,
+        ELECTION_DEADLINE + 100,
+        "b and the witness order b's new events without a",
+    )
+    assert pump.leader() in ("b", "w")
+
+    pump.start("a")
+    pump.produce("a", 1)
+    pump.run_until(pump.all_delivered_everywhere, 200, "a catches up after its restart")
+    assert_same_order_everywhere(pump, ("a", "b"))
+
+
+def test_a_witness_that_restarts_recovers_again() -> None:
+    pump = Pump(WITH_WITNESS)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    pump.produce("a", 2)
+    pump.crash("w")
+    pump.start("w")
+    assert pump.node("w").role is Role.FOLLOWER, "immediate answers: recovered at once"
+    assert pump.node("w").term >= pump.node("a").term
+    pump.produce("b", 2)
+    pump.run_until(pump.all_delivered_everywhere, 100, "delivery with the restarted witness")
+    # Now the witness is needed: with a gone, b can commit only with the witness's votes.
+    pump.crash("a")
+    pump.produce("b", 3)
+    pump.run_until(
+        lambda: len(pump.disks["b"].delivered) == 7,
+        ELECTION_DEADLINE + 100,
+        "b orders with the restarted witness",
+    )
+
+
+# ---------------------------------------------------------------- group spec
+
+
+@pytest.mark.parametrize(
+    ("members", "witnesses", "problem"),
+    [
+        (("a", "b", "a"), frozenset(), r"unique.*'a', 'b', 'a'"),
+        (("a",), frozenset(), "at least 2 members"),
+        ((), frozenset(), "at least 2 members"),
+        (("a", "w"), frozenset({"w"}), "more data members than witnesses"),
+        (("a", "b", "v", "w"), frozenset({"v", "w"}), "more data members than witnesses"),
+        (("a", "b"), frozenset({"x"}), r"\['x'\] are not members"),
+    ],
+)
+def test_group_spec_rejects_bad_groups_naming_the_problem(
+    members: tuple[str, ...], witnesses: frozenset[str], problem: str
+) -> None:
+    with pytest.raises(GroupSpecError, match=problem):
+        GroupSpec(members, witnesses)
+
+
+def test_group_spec_errors_are_value_errors_and_good_groups_pass() -> None:
+    assert issubclass(GroupSpecError, ValueError)
+    assert GroupSpec(("a", "b")).quorum == 2
+    assert THREE.quorum == 2
+    assert WITH_WITNESS.data_members == ("a", "b")
+    assert WITH_WITNESS.quorum == 2
+    assert GroupSpec(("a", "b", "c", "v", "w"), frozenset({"v"})).quorum == 3
