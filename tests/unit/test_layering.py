@@ -174,7 +174,9 @@ def banned_names(item: Import, banned: tuple[str, ...]) -> list[str]:
 
 
 def allowed_in_core(module: str) -> bool:
-    return is_within(module, "kdsync.ordering") or module.split(".")[0] in ORDERING_STDLIB_ALLOWED
+    return (
+        is_within(module, "kdsync.ordering") or module.partition(".")[0] in ORDERING_STDLIB_ALLOWED
+    )
 
 
 def test_rule_sees_the_imports_it_checks() -> None:
@@ -227,9 +229,7 @@ def test_import_parser_resolves_every_form() -> None:
         "sidecar/kdsync/ordering/_layering_probe.py:1: import os.path as p, socket"
     )
     # And the rules judge these forms as intended.
-    verdicts = {
-        i.statement: (bool(banned_names(i, ORDERING_FORBIDDEN)), allowed(i)) for i in found
-    }
+    verdicts = {i.statement: (bool(banned_names(i, ORDERING_FORBIDDEN)), allowed(i)) for i in found}
     assert verdicts["from . import log"] == (False, True)
     assert verdicts["from .. import transport"] == (True, False)
     assert verdicts["from collections.abc import Callable"] == (False, True)
@@ -318,7 +318,9 @@ def test_simulation_is_deterministic() -> None:
         exempt = SIMULATION_DRIVERS.get(path.name, frozenset())
         for item in imports_of(path):
             names = [
-                n for n in banned_names(item, SIMULATION_FORBIDDEN) if n.split(".")[0] not in exempt
+                n
+                for n in banned_names(item, SIMULATION_FORBIDDEN)
+                if n.partition(".")[0] not in exempt
             ]
             if names:
                 offenders.append(f"{item.where()}  -> imports {names}")

@@ -39,9 +39,7 @@ def batch(
 ) -> OriginBatch:
     """A batch [start, end); by default one event per offset in the range."""
     chosen = range(start, end) if offsets is None else offsets
-    return OriginBatch(
-        origin, topic, partition, start, end, opens, tuple(event(o) for o in chosen)
-    )
+    return OriginBatch(origin, topic, partition, start, end, opens, tuple(event(o) for o in chosen))
 
 
 class Applier:
@@ -259,7 +257,8 @@ def test_null_key_value_headers_and_timestamps_pass_through_untouched() -> None:
 
 def test_partially_delivered_batch_keeps_the_remaining_events_untouched() -> None:
     events = tuple(
-        SourceEvent(o, None if o % 2 else b"k", None, (("h", str(o).encode()),), o) for o in range(4)
+        SourceEvent(o, None if o % 2 else b"k", None, (("h", str(o).encode()),), o)
+        for o in range(4)
     )
     log = Applier()
     log.apply(OriginBatch("a", "t", 0, 0, 2, True, events[:2]))

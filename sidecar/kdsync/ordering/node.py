@@ -9,7 +9,7 @@ Design (see docs/ordering.md for the invariants and why they hold):
 - Raft (Ongaro & Ousterhout) orders entries, each carrying one origin batch; data
   members persist term, vote and log entries in their own Kafka cluster.
 - Witnesses keep nothing durable. A witness that (re)starts first recovers: it asks every
-  data member for its term and log, adopts the highest term with its vote in that term
+  other member for its term and log, adopts the highest term with its vote in that term
   withheld, and the most up-to-date log. Until then it neither votes nor acknowledges.
 - A witness may lead when no data member can (e.g. the only up-to-date data member is
   gone), and hands leadership to a caught-up data member as soon as there is one.
@@ -654,13 +654,13 @@ class OrderingNode:
 
     def _send_recover_requests(self) -> None:
         self._recover_replies.clear()
-        for peer in self.group.data_members:
-            if peer != self.member:
-                self._send(peer, RecoverRequest(self.term, self._recover_nonce))
+        for peer in self._peers:
+            self._send(peer, RecoverRequest(self.term, self._recover_nonce))
 
     def _on_recover_request(self, sender: str, request: RecoverRequest) -> None:
-        if self.ledger is None:
-            return  # only data members hold durable state worth recovering from
+        # Everyone answers, recovering witnesses too (with their empty state): a candidate
+        # we voted for before losing our memory is either alive and knows its term, or it
+        # restarted and its old candidacy can no longer collect votes (incarnations).
         commit_term = self.log.term_at(self.commit_index)
         assert commit_term is not None
         entries = tuple(self.log.slice(self.commit_index + 1, self.log.last_index))
@@ -673,10 +673,9 @@ class OrderingNode:
         if reply.nonce != self._recover_nonce:
             return
         self._recover_replies[sender] = reply
-        needed = [m for m in self.group.data_members if m != self.member]
-        if any(m not in self._recover_replies for m in needed):
+        if any(m not in self._recover_replies for m in self._peers):
             return
-        replies = [self._recover_replies[m] for m in needed]
+        replies = list(self._recover_replies.values())
         term = max(r.term for r in replies)
 
         def freshness(r: RecoverReply) -> tuple[int, int]:
