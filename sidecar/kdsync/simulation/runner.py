@@ -5,11 +5,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from kdsync.ordering import OrderingNode, SourceEvent
+from kdsync.ordering import OrderingNode, Role, SourceEvent
 from kdsync.simulation.checker import EventId, Violation, check_properties
 from kdsync.simulation.member import NodeFactory, SimMember
 from kdsync.simulation.network import LinkFaults, SimNetwork
-from kdsync.simulation.scenario import Scenario
+from kdsync.simulation.scenario import Fault, Scenario
 
 
 @dataclass(frozen=True)
@@ -60,50 +60,30 @@ def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Out
                 next_offset[(member.name, topic, partition)] = 0
 
     faults = list(scenario.faults)
-    now = 0
-    end_of_faults = scenario.fault_ticks
-    deadline = end_of_faults + scenario.settle_ticks
-    settled_after: int | None = None
     order = list(members.values())
-    while now < deadline:
-        now += 1
-        while faults and faults[0].at <= now:
-            fault = faults.pop(0)
-            if fault.kind == "crash":
-                for name in fault.members:
-                    members[name].crash()
-            elif fault.kind == "restart":
-                for name in fault.members:
-                    if not members[name].up:
-                        members[name].start()
-            elif fault.kind == "partition":
-                network.partition(set(fault.members), set(fault.other_side))
-            else:
-                network.heal()
-        if now == end_of_faults:
-            network.heal()
-            network.faults = LinkFaults(max_delay=scenario.link.max_delay, reorder=0.01)
-            for member in order:
-                member.crash_in_ready = 0.0
-                if not member.up:
-                    member.start()
-        if now <= end_of_faults:
-            for member in data_members:
-                for (topic, partition), events in member.kafka.sources.items():
-                    if rng.random() < scenario.produce_rate:
-                        key = (member.name, topic, partition)
-                        offset = next_offset[key]
-                        # Offsets skip now and then, as transaction markers make them do.
-                        next_offset[key] = offset + rng.choice((1, 1, 1, 2))
-                        event = SourceEvent(
-                            offset,
-                            None if rng.random() < 0.1 else f"k{offset % 5}".encode(),
-                            None if rng.random() < 0.05 else rng.randbytes(rng.randint(0, 8)),
-                            (("h", str(now).encode()),) if rng.random() < 0.3 else (),
-                            now,
-                        )
-                        events.append(event)
-                        sources[(member.name, topic, partition, offset)] = event
+    clock = [0]
+
+    def produce(at: list[SimMember]) -> None:
+        for member in at:
+            for (topic, partition), events in member.kafka.sources.items():
+                if rng.random() < scenario.produce_rate:
+                    key = (member.name, topic, partition)
+                    offset = next_offset[key]
+                    # Offsets skip now and then, as transaction markers make them do.
+                    next_offset[key] = offset + rng.choice((1, 1, 1, 2))
+                    event = SourceEvent(
+                        offset,
+                        None if rng.random() < 0.1 else f"k{offset % 5}".encode(),
+                        None if rng.random() < 0.05 else rng.randbytes(rng.randint(0, 8)),
+                        (("h", str(clock[0]).encode()),) if rng.random() < 0.3 else (),
+                        clock[0],
+                    )
+                    events.append(event)
+                    sources[(member.name, topic, partition, offset)] = event
+
+    def step() -> None:
+        clock[0] += 1
+        now = clock[0]
         for sender, receiver, message in network.due(now):
             target = members[receiver]
             if target.node is not None:
@@ -114,19 +94,79 @@ def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Out
                 member.node.tick()
                 member.read_sources()
                 member.process(now)
-        if now > end_of_faults and now % 10 == 0 and _complete(data_members, len(sources)):
-            settled_after = now - end_of_faults
-            break
+
+    def settle(must_complete: list[SimMember], recovered: bool = False) -> int | None:
+        """Ticks until every member in ``must_complete`` holds every event (and, with
+        ``recovered``, no witness is still recovering), or None past the bound."""
+        for waited in range(1, scenario.settle_ticks + 1):
+            step()
+            if (
+                waited % 10 == 0
+                and _complete(must_complete, len(sources))
+                and not (recovered and _recovering(order))
+            ):
+                return waited
+        return None
+
+    # Phase 1: the faulty phase, with traffic into every origin.
+    while clock[0] < scenario.fault_ticks:
+        while faults and faults[0].at <= clock[0] + 1:
+            _apply_fault(faults.pop(0), members, network)
+        produce(data_members)
+        step()
+    # Phase 2: everything heals; every event must reach every data member in bounded time.
+    network.heal()
+    network.faults = LinkFaults(max_delay=scenario.link.max_delay, reorder=0.01)
+    for member in order:
+        member.crash_in_ready = 0.0
+        if not member.up:
+            member.start()
+    # A restarted witness rejoins only when every member answers (docs/ordering.md), so
+    # the minority goes down below only once the witnesses have recovered.
+    settled_after = settle(data_members, recovered=bool(scenario.minority_down))
+    progress: list[str] = []
+    if settled_after is None:
+        progress.append(f"not complete {scenario.settle_ticks} ticks after healing")
+    elif scenario.minority_down:
+        # Phase 3: a minority stops; the rest keep replicating new traffic among themselves.
+        down = [members[name] for name in scenario.minority_down]
+        for member in down:
+            member.crash()
+        up = [m for m in data_members if m.up]
+        for _ in range(40):
+            produce(up)
+            step()
+        if settle(up) is None:
+            progress.append(f"{sorted(scenario.minority_down)} down: the majority stalled")
+        # Phase 4: the minority returns and catches up.
+        for member in down:
+            member.start()
+        if not progress and settle(data_members) is None:
+            progress.append(f"{sorted(scenario.minority_down)} did not catch up after return")
 
     globals_by_member = {m.name: m.kafka.globals for m in data_members}
     violations = check_properties(globals_by_member, sources, require_complete=True)
-    if settled_after is None and not violations:
-        violations.append(
-            Violation(
-                "progress", "group", f"not complete {scenario.settle_ticks} ticks after healing"
-            )
-        )
-    return Outcome(scenario, tuple(violations), len(sources), now, network.sent, settled_after)
+    if progress and not violations:
+        violations.extend(Violation("progress", "group", text) for text in progress)
+    return Outcome(scenario, tuple(violations), len(sources), clock[0], network.sent, settled_after)
+
+
+def _apply_fault(fault: Fault, members: dict[str, SimMember], network: SimNetwork) -> None:
+    if fault.kind == "crash":
+        for name in fault.members:
+            members[name].crash()
+    elif fault.kind == "restart":
+        for name in fault.members:
+            if not members[name].up:
+                members[name].start()
+    elif fault.kind == "partition":
+        network.partition(set(fault.members), set(fault.other_side))
+    else:
+        network.heal()
+
+
+def _recovering(members: list[SimMember]) -> bool:
+    return any(m.node is not None and m.node.role == Role.RECOVERING for m in members)
 
 
 def _complete(data_members: list[SimMember], total: int) -> bool:

@@ -30,12 +30,15 @@ class Scenario:
     faults: tuple[Fault, ...] = field(default_factory=tuple)
     crash_in_ready: float = 0.0
     max_batch_events: int = 4
+    # After healing, these stay down for a while (a minority): the rest must go on.
+    minority_down: tuple[str, ...] = ()
 
     def describe(self) -> str:
         witnesses = f" witnesses={sorted(self.group.witnesses)}" if self.group.witnesses else ""
         return (
             f"seed={self.seed} members={len(self.group.members)}{witnesses} "
-            f"faults={len(self.faults)} drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
+            f"faults={len(self.faults)} down-after={list(self.minority_down)} "
+            f"drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
             f"reorder={self.link.reorder:.2f} delay<={self.link.max_delay}"
         )
 
@@ -72,6 +75,9 @@ def make_scenario(seed: int) -> Scenario:
     topics = tuple((f"t{i}", rng.randint(1, 2)) for i in range(rng.randint(1, 2)))
     fault_ticks = rng.randint(60, 240)
     faults = _fault_schedule(rng, names, fault_ticks)
+    minority: tuple[str, ...] = ()
+    if size >= 3 and rng.random() < 0.5:
+        minority = tuple(sorted(rng.sample(names, rng.randint(1, (size - 1) // 2))))
     return Scenario(
         seed=seed,
         group=group,
@@ -84,6 +90,7 @@ def make_scenario(seed: int) -> Scenario:
         faults=faults,
         crash_in_ready=rng.choice((0.0, 0.0, 0.01, 0.05)),
         max_batch_events=rng.choice((1, 4, 16)),
+        minority_down=minority,
     )
 
 
