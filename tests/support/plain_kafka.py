@@ -153,6 +153,33 @@ def produce_transactionally(
     except KafkaException as error:
         producer.abort_transaction(timeout)
         raise ProduceFailed(f"commit on {bootstrap} failed: {error}", [error.args[0]]) from error
+    if not abort:
+        _wait_until_stable(bootstrap, topic, time.monotonic() + timeout)
+
+
+def _wait_until_stable(bootstrap: str, topic: str, deadline: float) -> None:
+    """commit_transaction returns before the coordinator has written the commit markers;
+    wait until every partition's last stable offset reaches its high watermark, so that
+    what was committed is visible to read_committed readers."""
+    settings = {"bootstrap.servers": bootstrap, "group.id": f"stable-{uuid.uuid4()}"}
+    committed = Consumer({**settings, "isolation.level": "read_committed"})
+    uncommitted = Consumer({**settings, "isolation.level": "read_uncommitted"})
+    try:
+        partitions = committed.list_topics(topic, timeout=_remaining(deadline)).topics[topic]
+        for partition in partitions.partitions:
+            where = TopicPartition(topic, partition)
+            while True:
+                wait = _remaining(deadline)
+                if wait <= 0:
+                    raise TimeoutError(f"{topic}[{partition}] on {bootstrap} never became stable")
+                _, stable = committed.get_watermark_offsets(where, timeout=wait, cached=False)
+                _, high = uncommitted.get_watermark_offsets(where, timeout=wait, cached=False)
+                if stable >= high:
+                    break
+                time.sleep(0.05)  # polling interval of a condition with a deadline
+    finally:
+        committed.close()
+        uncommitted.close()
 
 
 def _to_committed(message: Message) -> CommittedRecord:
