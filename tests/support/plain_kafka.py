@@ -153,8 +153,7 @@ def produce_transactionally(
     except KafkaException as error:
         producer.abort_transaction(timeout)
         raise ProduceFailed(f"commit on {bootstrap} failed: {error}", [error.args[0]]) from error
-    if not abort:
-        _wait_until_stable(bootstrap, topic, time.monotonic() + timeout)
+    _wait_until_stable(bootstrap, topic, time.monotonic() + timeout)
 
 
 def _wait_until_stable(bootstrap: str, topic: str, deadline: float) -> None:
