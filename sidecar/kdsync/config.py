@@ -430,6 +430,11 @@ class OrderingConfig(_Model):
         ge=1,
         description="log entries per replication message",
     )
+    max_append_bytes: int = Field(
+        default=_TIMING_DEFAULTS.max_append_bytes,
+        ge=1024,
+        description="payload bytes per replication message (one entry is always sent)",
+    )
     max_uncommitted: int = Field(
         default=_TIMING_DEFAULTS.max_uncommitted, ge=1, description="leader backlog bound"
     )
@@ -462,6 +467,7 @@ class OrderingConfig(_Model):
             witness_election_factor=self.witness_election_factor,
             resend_ticks=self.resend_ticks,
             max_entries_per_append=self.max_entries_per_append,
+            max_append_bytes=self.max_append_bytes,
             max_uncommitted=self.max_uncommitted,
             max_outbox=self.max_outbox,
             retained_applied=self.retained_applied,

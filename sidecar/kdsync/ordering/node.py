@@ -148,6 +148,8 @@ class OrderingNode:
         self._progress_at: dict[str, int] = {}
         self._sent_commit: dict[str, int] = {}
         self._peer_incarnation: dict[str, int] = {}
+        self._heard_at: dict[str, int] = {}  # tick of the last message from each peer
+        self._known_commit = 0  # the highest commit index a leader has told us about
         # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
         # not appended again (it would only be dropped as a duplicate after ordering).
         self._uncommitted: dict[tuple[OriginPartition, int, int], int] = {}
@@ -238,6 +240,7 @@ class OrderingNode:
     def receive(self, sender: str, message: Message) -> None:
         if sender not in self.group.members or sender == self.member:
             return
+        self._heard_at[sender] = self._now
         if isinstance(message, RecoverRequest):
             self._on_recover_request(sender, message)
             return
@@ -298,6 +301,29 @@ class OrderingNode:
             applied,
             self.outbox_size(),
         )
+
+    def view(self) -> frozenset[str]:
+        """This member and the peers heard from within an election timeout: the members
+        it can currently count on. A majority view means it takes part in ordering."""
+        horizon = self._now - self.timing.election_ticks
+        heard = {m for m, at in self._heard_at.items() if at >= horizon}
+        return frozenset({self.member, *heard})
+
+    def peer_match(self) -> dict[str, int]:
+        """On a leader: how far each peer's log is known to match ours (else empty)."""
+        return dict(self._match) if self.role == Role.LEADER else {}
+
+    @property
+    def known_commit(self) -> int:
+        """The group's commit index as far as this member knows: how far it must apply
+        to be caught up."""
+        return max(self._known_commit, self.commit_index)
+
+    @property
+    def all_durable(self) -> int:
+        """Every data member has stored the log up to here; older entries are needed
+        only by witnesses and by this member's own recovery."""
+        return self._all_durable
 
     def outbox_size(self) -> int:
         return sum(len(queue) for queue in self._outbox.values())
@@ -422,6 +448,18 @@ class OrderingNode:
 
     def _entries_for(self, peer: str, first: int) -> list[Entry] | None:
         """Entries from ``first`` for an Append, or None while they must be loaded."""
+        entries = self._entries_from(first)
+        if entries is None or len(entries) < 2:
+            return entries
+        budget = self.timing.max_append_bytes
+        for count, entry in enumerate(entries):
+            if entry.batch is not None:
+                budget -= entry.batch.size_bytes()
+            if budget < 0 and count > 0:
+                return entries[:count]
+        return entries
+
+    def _entries_from(self, first: int) -> list[Entry] | None:
         last = min(self.log.last_index, first + self.timing.max_entries_per_append - 1)
         if first > last:
             return []
@@ -545,6 +583,7 @@ class OrderingNode:
             self._mark_persist(changed)
         match = prev_index + len(entries)
         self._all_durable = max(self._all_durable, append.all_durable)
+        self._known_commit = max(self._known_commit, append.commit)
         self._advance_commit(min(append.commit, match))
         self._send(
             leader, AppendReply(self.term, True, match, 0, 0, append.incarnation, self.incarnation)

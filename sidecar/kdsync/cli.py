@@ -1,0 +1,107 @@
+"""The ``kdsync`` command: run a sidecar, show a group's status, audit, check a config."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from kdsync.config import ConfigError, SidecarConfig, load_config
+from kdsync.runtime.status_report import fetch_status, render
+
+
+def _load(path: Path) -> SidecarConfig | None:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return None
+
+
+def _setup_logging(level: str, member: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)-7s [{member}] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiohttp").setLevel(logging.WARNING)
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
+        return 2
+    _setup_logging(args.log_level, config.member)
+    from kdsync.runtime.process import run  # noqa: PLC0415 (Kafka client loads only to run)
+
+    return run(config)
+
+
+def _local_url(http: str) -> str:
+    host, _, port = http.rpartition(":")
+    if host in ("0.0.0.0", "", "[::]", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def _status(args: argparse.Namespace) -> int:
+
+    urls: list[str] = list(args.urls)
+    for path in args.config or []:
+        config = _load(path)
+        if config is None:
+            return 2
+        urls.append(_local_url(config.http))
+    if not urls:
+        print("kdsync status: give sidecar URLs (host:port) or --config FILE", file=sys.stderr)
+        return 2
+    statuses = [fetch_status(url) for url in urls]
+    print(render(statuses))
+    return 0 if all("unreachable" not in s for s in statuses) else 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
+        return 2
+    role = "witness" if config.is_witness else "data member"
+    print(
+        f"{args.config}: valid; group {config.group}, {role} {config.member}, "
+        f"{len(config.members)} members"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "audit":
+        from kdsync.audit.command import main as audit_main  # noqa: PLC0415 (loads Spark)
+
+        code: int = audit_main(argv[1:])
+        return code
+    parser = argparse.ArgumentParser(prog="kdsync", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run a sidecar (or a witness) from a config file")
+    run.add_argument("--config", type=Path, required=True, help="the sidecar's YAML config")
+    run.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    run.set_defaults(handler=_run)
+    status = commands.add_parser("status", help="print a summary of running sidecars")
+    status.add_argument("urls", nargs="*", help="sidecar HTTP addresses, e.g. 127.0.0.1:8080")
+    status.add_argument(
+        "--config", type=Path, action="append", help="take the address from a config"
+    )
+    status.set_defaults(handler=_status)
+    check = commands.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("--config", type=Path, required=True)
+    check.set_defaults(handler=_check)
+    commands.add_parser(
+        "audit", help="check a group's consistency with Spark (see kdsync audit -h)"
+    )
+    args = parser.parse_args(argv)
+    result: int = args.handler(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Errors the Kafka shells raise, each with a message an operator can act on."""
+
+from __future__ import annotations
+
+
+class KafkaShellError(Exception):
+    """Base class: something about a member's Kafka cluster stops the sidecar."""
+
+
+class KafkaUnavailable(KafkaShellError):
+    """The cluster did not answer in time (wrong address, brokers down, auth refused)."""
+
+
+class ProducerFenced(KafkaShellError):
+    """Another sidecar instance with the same transactional id took over this member."""
+
+
+class RecordTooLarge(KafkaShellError):
+    """A record exceeds what the destination topic accepts (``max.message.bytes``)."""
+
+    def __init__(self, topic: str, size: int, detail: str) -> None:
+        self.topic = topic
+        self.size = size
+        super().__init__(
+            f"a record of about {size} bytes for {topic} was refused as too large ({detail}); "
+            f"delivery is halted, nothing is skipped. Fix: raise max.message.bytes on {topic} "
+            "(kafka-configs --alter --entity-type topics --entity-name "
+            f"{topic} --add-config max.message.bytes=<bytes>); delivery resumes by itself"
+        )

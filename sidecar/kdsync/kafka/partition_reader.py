@@ -1,0 +1,91 @@
+"""Read one partition from a position to its current end: recovery and read-back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from kdsync.kafka.errors import KafkaUnavailable
+
+
+def reading_consumer(
+    properties: Mapping[str, str], group_id: str, *, committed_only: bool
+) -> Consumer:
+    return Consumer(
+        {
+            **properties,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        }
+    )
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout, cached=False
+        )
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot read the offsets of {topic}[{partition}]: {exc}") from exc
+    return int(low), int(high)
+
+
+def read_to_end(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    start: int | None = None,
+    stop: int | None = None,
+    timeout: float = 30.0,
+) -> Iterator[Message]:
+    """Yield the records of ``topic[partition]`` from ``start`` (default: the beginning)
+    up to the end as it was when reading started (or ``stop``, exclusive).
+
+    With a read_committed consumer the end is the last stable offset: records of open
+    transactions are not waited for, aborted ones are skipped.
+    """
+    low, high = watermarks(consumer, topic, partition, timeout)
+    end = high if stop is None else min(stop, high)
+    first = low if start is None else max(start, low)
+    if first >= end:
+        return
+    consumer.assign([TopicPartition(topic, partition, first if first > low else OFFSET_BEGINNING)])
+    idle_polls = 0
+    try:
+        while True:
+            message = consumer.poll(1.0)
+            if message is None:
+                idle_polls += 1
+                if idle_polls > timeout:
+                    raise KafkaUnavailable(
+                        f"reading {topic}[{partition}] stalled for {timeout:.0f}s "
+                        f"before offset {end}"
+                    )
+                continue
+            idle_polls = 0
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return
+                raise KafkaUnavailable(f"reading {topic}[{partition}] failed: {error}")
+            offset = message.offset()
+            if offset is not None and offset >= end:
+                return
+            yield message
+            if offset is not None and offset >= end - 1:
+                return
+    finally:
+        consumer.unassign()

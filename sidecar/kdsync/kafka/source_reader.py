@@ -1,0 +1,197 @@
+"""Reads the member's own source topics into origin batches for the ordering core.
+
+A background thread consumes read_committed with manual positions (no offset commits of
+its own: positions are committed in the delivery transaction, once the events they cover
+are in ``T-global``). It starts each partition at the ledger's mark for this origin, or at
+the beginning, and cuts batches of consecutive events per partition. Batches wait in a
+bounded queue, so a group that cannot order (no majority) stops the reading.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from kdsync import naming
+from kdsync.kafka.topics import ClusterTopics
+from kdsync.ordering import OriginBatch, SourceEvent
+
+log = logging.getLogger(__name__)
+
+_DISCOVERY_SECONDS = 5.0
+
+
+class SourceReader:
+    def __init__(
+        self,
+        properties: Mapping[str, str],
+        group: str,
+        member: str,
+        selects: Callable[[str], bool],
+        start_positions: Mapping[tuple[str, int], int],
+        max_batch_events: int,
+        max_batch_bytes: int,
+        on_batches: Callable[[], None],
+        queue_batches: int = 64,
+    ) -> None:
+        self._member = member
+        self._selects = selects
+        self._start = dict(start_positions)
+        self._max_events = max_batch_events
+        self._max_bytes = max_batch_bytes
+        self._on_batches = on_batches
+        self.batches: queue.Queue[OriginBatch] = queue.Queue(maxsize=queue_batches)
+        self._consumer = Consumer(
+            {
+                **properties,
+                "group.id": naming.consumer_group(group),
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "client.id": f"kdsync-{group}-{member}-source",
+                "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                # New events should not wait for a fuller fetch: latency over throughput.
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        self._topics = ClusterTopics(properties)
+        self._assigned: dict[tuple[str, int], int] = {}  # partition -> next position to offer
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kdsync-source", daemon=True)
+        self._to_commit: dict[tuple[str, int], int] | None = None
+        self.errors = 0
+        self.last_error: str | None = None
+
+    def commit(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """Record positions in the consumer group (after they are in T-global), for lag
+        monitoring and audits. The reader thread commits them between reads: the client
+        serialises calls on one consumer, so committing from the event loop would stall
+        it. The ledger, not the group, is what a restart resumes from."""
+        self._to_commit = dict(positions)
+
+    def _commit_pending(self) -> None:
+        positions, self._to_commit = self._to_commit, None
+        if not positions:
+            return
+        offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            self._note_error(f"committing source offsets: {exc}")
+
+    def start(self) -> None:
+        self._discover()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self._consumer.close()
+
+    def positions(self) -> dict[tuple[str, int], int]:
+        return dict(self._assigned)
+
+    def _discover(self) -> None:
+        found = self._topics.source_partitions(self._selects)
+        new: list[TopicPartition] = []
+        for topic, count in sorted(found.items()):
+            for partition in range(count):
+                where = (topic, partition)
+                if where in self._assigned:
+                    continue
+                start = self._start.get(where)
+                new.append(
+                    TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start)
+                )
+                self._assigned[where] = 0 if start is None else start
+        if new:
+            log.info(
+                "reading %d new source partition(s): %s",
+                len(new),
+                ", ".join(f"{t.topic}[{t.partition}]" for t in new),
+            )
+            self._consumer.incremental_assign(new)
+
+    def _run(self) -> None:
+        next_discovery = time.monotonic() + _DISCOVERY_SECONDS
+        while not self._stop.is_set():
+            if time.monotonic() >= next_discovery:
+                next_discovery = time.monotonic() + _DISCOVERY_SECONDS
+                try:
+                    self._discover()
+                except Exception as exc:  # discovery is retried; reading goes on
+                    self._note_error(f"topic discovery failed: {exc}")
+            self._commit_pending()
+            messages = self._consumer.consume(num_messages=self._max_events, timeout=0.1)
+            if messages:
+                self._publish(messages)
+
+    def _note_error(self, text: str) -> None:
+        self.errors += 1
+        self.last_error = text
+        log.warning("%s", text)
+
+    def _publish(self, messages: list[Message]) -> None:
+        by_partition: dict[tuple[str, int], list[SourceEvent]] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    self._note_error(f"reading sources: {error}")
+                continue
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            assert topic is not None and partition is not None and offset is not None
+            _, timestamp = message.timestamp()
+            raw_headers = message.headers() or []
+            # The client returns a list of (name, bytes|None) pairs for consumed records.
+            pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+            headers = tuple(
+                (name, value.encode() if isinstance(value, str) else value) for name, value in pairs
+            )
+            by_partition.setdefault((topic, partition), []).append(
+                SourceEvent(offset, message.key(), message.value(), headers, max(timestamp, 0))
+            )
+        for where, events in by_partition.items():
+            self._cut(where, events)
+        self._on_batches()
+
+    def _cut(self, where: tuple[str, int], events: list[SourceEvent]) -> None:
+        topic, partition = where
+        position = self._assigned.get(where, events[0].offset)
+        chunk: list[SourceEvent] = []
+        size = 0
+        for event in events:
+            event_size = 24 + len(event.key or b"") + len(event.value or b"")
+            if chunk and (size + event_size > self._max_bytes or len(chunk) >= self._max_events):
+                position = self._put(topic, partition, position, chunk)
+                chunk, size = [], 0
+            chunk.append(event)
+            size += event_size
+        if chunk:
+            position = self._put(topic, partition, position, chunk)
+        self._assigned[where] = position
+
+    def _put(self, topic: str, partition: int, start: int, events: list[SourceEvent]) -> int:
+        end = events[-1].offset + 1
+        batch = OriginBatch(self._member, topic, partition, start, end, False, tuple(events))
+        while not self._stop.is_set():
+            try:
+                self.batches.put(batch, timeout=0.2)
+                break
+            except queue.Full:
+                self._on_batches()
+        return end

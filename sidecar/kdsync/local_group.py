@@ -1,0 +1,202 @@
+"""A kdsync group of sidecar processes on this machine (local mode, tests and the demo).
+
+Writes one config per member (mutual TLS from a group CA made on the spot), starts each
+sidecar as ``python -m kdsync.cli run --config ...`` tied to this process (it dies with
+us), and offers what fault-injection tests need: SIGKILL, SIGTERM, restart, status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from kdsync.localkafka.config import allocate_ports
+from kdsync.localkafka.process import spawn_tied_to_parent
+from kdsync.pki import make_group_pki
+
+
+@dataclass
+class LocalMember:
+    name: str
+    witness: bool
+    config_path: Path
+    log_path: Path
+    http: str
+    process: subprocess.Popen[bytes] | None = None
+    log_file: IO[bytes] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+class LocalSidecarGroup:
+    def __init__(
+        self,
+        group: str,
+        clusters: Mapping[str, str],
+        run_dir: Path,
+        *,
+        witnesses: Sequence[str] = (),
+        topics: Mapping[str, Any] | None = None,
+        ordering: Mapping[str, Any] | None = None,
+        member_order: Sequence[str] | None = None,
+    ) -> None:
+        """``clusters``: data member name -> bootstrap servers of its Kafka cluster."""
+        self.group = group
+        self.run_dir = run_dir
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        names = list(member_order) if member_order else [*clusters, *witnesses]
+        ports = allocate_ports(2 * len(names))
+        tls = make_group_pki(group, names, run_dir / "pki")
+        members_yaml = [
+            {"name": name, "peer": f"127.0.0.1:{ports[2 * i]}", "witness": True}
+            if name in witnesses
+            else {
+                "name": name,
+                "peer": f"127.0.0.1:{ports[2 * i]}",
+                "kafka": {"bootstrapServers": clusters[name]},
+            }
+            for i, name in enumerate(names)
+        ]
+        self.members: dict[str, LocalMember] = {}
+        for i, name in enumerate(names):
+            http = f"127.0.0.1:{ports[2 * i + 1]}"
+            files = tls[name]
+            config = {
+                "group": group,
+                "member": name,
+                "members": members_yaml,
+                "topics": dict(topics or {"names": ["orders"]}),
+                "tls": {
+                    "ca": str(files.ca_cert),
+                    "cert": str(files.cert),
+                    "key": str(files.key),
+                },
+                "http": http,
+                "ordering": dict(ordering or {"tickMs": 20}),
+            }
+            path = run_dir / f"{name}.yaml"
+            path.write_text(yaml.safe_dump(config, sort_keys=False))
+            self.members[name] = LocalMember(
+                name, name in witnesses, path, run_dir / f"{name}.log", http
+            )
+
+    # -- processes ---------------------------------------------------------------------
+
+    def start(self, names: Sequence[str] | None = None) -> None:
+        for name in names or list(self.members):
+            self.start_member(name)
+
+    def start_member(self, name: str) -> None:
+        member = self.members[name]
+        if member.running:
+            return
+        if member.log_file is not None:
+            member.log_file.close()
+        member.log_file = member.log_path.open("ab")
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        member.process = spawn_tied_to_parent(
+            [sys.executable, "-m", "kdsync.cli", "run", "--config", str(member.config_path)],
+            log_file=member.log_file,
+            cwd=self.run_dir,
+            env=env,
+        )
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: the sidecar gets no chance to finish anything."""
+        member = self.members[name]
+        if member.process is not None and member.process.poll() is None:
+            member.process.send_signal(signal.SIGKILL)
+            member.process.wait(timeout=30)
+
+    def stop(self, name: str, timeout: float = 60.0) -> int | None:
+        """SIGTERM and wait: the graceful path. Returns the exit code."""
+        member = self.members[name]
+        if member.process is None:
+            return None
+        if member.process.poll() is None:
+            member.process.send_signal(signal.SIGTERM)
+            try:
+                member.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                member.process.kill()
+                member.process.wait(timeout=30)
+        return member.process.returncode
+
+    def close(self) -> None:
+        for name in self.members:
+            self.stop(name, timeout=20)
+            log_file = self.members[name].log_file
+            if log_file is not None:
+                log_file.close()
+
+    def __enter__(self) -> LocalSidecarGroup:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- observation -------------------------------------------------------------------
+
+    def status(self, name: str, timeout: float = 2.0) -> dict[str, Any] | None:
+        member = self.members[name]
+        try:
+            with urllib.request.urlopen(f"http://{member.http}/status", timeout=timeout) as r:
+                data: dict[str, Any] = json.loads(r.read())
+                return data
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def wait_until(
+        self, what: str, condition: Any, timeout: float, names: Sequence[str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Poll each member's /status until ``condition(status)`` holds for all of them."""
+        deadline = time.monotonic() + timeout
+        chosen = list(names or self.members)
+        last: dict[str, dict[str, Any]] = {}
+        while True:
+            done = True
+            for name in chosen:
+                if not self.members[name].running:
+                    raise RuntimeError(f"sidecar {name} exited; see {self.members[name].log_path}")
+                status = self.status(name)
+                if status is None or not condition(status):
+                    done = False
+                if status is not None:
+                    last[name] = status
+            if done:
+                return last
+            if time.monotonic() > deadline:
+                summary = {n: _brief(last.get(n)) for n in chosen}
+                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}: {summary}")
+            time.sleep(0.2)  # polling interval of a condition with a deadline
+
+    def wait_ready(self, timeout: float = 90.0, names: Sequence[str] | None = None) -> None:
+        self.wait_until("ready", lambda s: s.get("ready") is True, timeout, names)
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        path = self.members[name].log_path
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _brief(status: Mapping[str, Any] | None) -> str:
+    if status is None:
+        return "no answer"
+    keys = ("phase", "role", "ready", "notReadyReasons", "appliedIndex", "eventsOut", "halted")
+    return json.dumps({k: status.get(k) for k in keys})
