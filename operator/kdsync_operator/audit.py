@@ -1,0 +1,322 @@
+"""The consistency audit (issue #6) as Kubernetes objects, and its result as status.
+
+With ``spec.checks.enabled`` the operator owns, for group ``g``:
+
+* ``g-audit-config`` (Secret): the group's sidecar config, rendered for the first data
+  member (configs differ only in ``member``), mounted at ``/etc/kdsync`` like in a sidecar;
+* ``g-audit-report`` (ConfigMap): created empty; the Spark job writes ``report.json``;
+* ``g-audit`` ServiceAccount, Role, RoleBinding: what the Spark driver needs (executor
+  pods, their services and config maps) and update rights on the report ConfigMap only;
+* ``g-audit``: a ``ScheduledSparkApplication`` when ``checks.schedule`` is set, else a
+  one-off ``SparkApplication`` (sparkoperator.k8s.io/v1beta2).
+
+``audit_outcome`` turns the application's state and the report into the ``Consistent``
+condition and ``status.lastAudit``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kdsync_operator import children
+from kdsync_operator.children import Obj, SecretData
+from kdsync_operator.spec import DEFAULT_SIDECAR_IMAGE, Group
+
+SPARK_API = "sparkoperator.k8s.io/v1beta2"
+REPORT_KEY = "report.json"
+REPORT_VERSION = 1
+TERMINAL_FAILED = frozenset({"FAILED", "SUBMISSION_FAILED", "FAILING", "UNKNOWN"})
+
+
+def audit_config_secret_name(group: str) -> str:
+    return f"{group}-audit-config"
+
+
+def audit_service_account(group: Group) -> str:
+    return group.spec.checks.service_account_name or children.audit_name(group.name)
+
+
+def audit_arguments(group: Group) -> list[str]:
+    report = f"{group.namespace}/{children.audit_report_configmap(group.name)}"
+    return ["--config", children.CONFIG_PATH, "--report-configmap", report]
+
+
+def _audit_member(group: Group) -> str:
+    for member in group.spec.members:
+        if not member.witness:
+            return member.name
+    return group.spec.members[0].name
+
+
+def application_spec(group: Group) -> Obj:
+    """The SparkApplication spec (also the ScheduledSparkApplication's template)."""
+    checks = group.spec.checks
+    image = checks.image or group.spec.sidecar.image or DEFAULT_SIDECAR_IMAGE
+    mounts = [
+        {"name": "config", "mountPath": children.CONFIG_DIR},
+        {"name": "peer-tls", "mountPath": children.TLS_DIR},
+    ]
+    volumes: list[Obj] = [
+        {
+            "name": "config",
+            "secret": {
+                "secretName": audit_config_secret_name(group.name),
+                "items": [{"key": "config.yaml", "path": "config.yaml"}],
+            },
+        },
+        {
+            "name": "peer-tls",
+            "secret": {"secretName": children.tls_secret_name(group.name, _audit_member(group))},
+        },
+    ]
+    for volume in children._kafka_ca_volumes(group):
+        volumes.append(volume)
+        member = volume["name"].removeprefix("kafka-ca-")
+        mounts.append({"name": volume["name"], "mountPath": f"{children.KAFKA_CA_DIR}/{member}"})
+    audit_labels = children.labels(group, "audit")
+    spec: Obj = {
+        "type": "Python",
+        "pythonVersion": "3",
+        "mode": "cluster",
+        "image": image,
+        "imagePullPolicy": group.spec.sidecar.image_pull_policy,
+        "mainApplicationFile": children.AUDIT_MAIN,
+        "arguments": audit_arguments(group),
+        "sparkVersion": checks.spark_version,
+        "restartPolicy": {"type": "Never"},
+        "volumes": volumes,
+        "driver": {
+            "cores": checks.driver.cores,
+            "memory": checks.driver.memory,
+            "serviceAccount": audit_service_account(group),
+            "labels": audit_labels,
+            "volumeMounts": mounts,
+        },
+        "executor": {
+            "cores": checks.executor.cores,
+            "memory": checks.executor.memory,
+            "instances": checks.executor.instances,
+            "labels": audit_labels,
+            "volumeMounts": mounts,
+        },
+    }
+    if checks.packages:
+        spec["deps"] = {"packages": list(checks.packages)}
+    return spec
+
+
+def spark_object(group: Group) -> Obj:
+    checks = group.spec.checks
+    meta = children._meta(group, children.audit_name(group.name), "audit")
+    if checks.schedule:
+        return {
+            "apiVersion": SPARK_API,
+            "kind": "ScheduledSparkApplication",
+            "metadata": meta,
+            "spec": {
+                "schedule": checks.schedule,
+                "concurrencyPolicy": checks.concurrency_policy,
+                "successfulRunHistoryLimit": 3,
+                "failedRunHistoryLimit": 3,
+                "template": application_spec(group),
+            },
+        }
+    return {
+        "apiVersion": SPARK_API,
+        "kind": "SparkApplication",
+        "metadata": meta,
+        "spec": application_spec(group),
+    }
+
+
+def rbac_objects(group: Group) -> list[Obj]:
+    """ServiceAccount, Role and RoleBinding for the Spark driver (unless the user names
+    their own service account, which then needs the same rules)."""
+    name = children.audit_name(group.name)
+    report = children.audit_report_configmap(group.name)
+    objects: list[Obj] = []
+    if not group.spec.checks.service_account_name:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": children._meta(group, name, "audit"),
+            }
+        )
+    rules = [
+        # The report: read and overwrite this one ConfigMap only.
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [report],
+            "verbs": ["get", "update", "patch"],
+        },
+        # What a Spark driver on Kubernetes needs to run its executors.
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+            "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
+        },
+    ]
+    objects.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": children._meta(group, name, "audit"),
+            "rules": rules,
+        }
+    )
+    objects.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": children._meta(group, name, "audit"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": audit_service_account(group),
+                    "namespace": group.namespace,
+                }
+            ],
+        }
+    )
+    return objects
+
+
+def audit_objects(group: Group, secrets: SecretData) -> list[Obj]:
+    config, _ = children.sidecar_config(group, _audit_member(group), secrets)
+    text = children.render_config(config)
+    secret = children.config_secret(group, _audit_member(group), text)
+    secret["metadata"] = children._meta(group, audit_config_secret_name(group.name), "audit")
+    report = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": children._meta(group, children.audit_report_configmap(group.name), "audit"),
+    }
+    return [*rbac_objects(group), secret, report, spark_object(group)]
+
+
+# --- following the audit -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    """The Consistent condition and lastAudit derived from the audit's objects."""
+
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+    last_audit: Obj | None = None
+
+
+def application_state(app: Mapping[str, Any] | None) -> str:
+    if not app:
+        return ""
+    state = app.get("status", {}).get("applicationState", {}).get("state", "")
+    return state if isinstance(state, str) else ""
+
+
+def last_run_name(scheduled: Mapping[str, Any] | None) -> str | None:
+    """The SparkApplication a ScheduledSparkApplication started last."""
+    if not scheduled:
+        return None
+    name = scheduled.get("status", {}).get("lastRunName")
+    return name if isinstance(name, str) and name else None
+
+
+def parse_report(configmap: Mapping[str, Any] | None) -> tuple[Obj | None, str]:
+    """The report and, if it is unusable, why."""
+    if not configmap:
+        return None, "the report ConfigMap does not exist"
+    raw = (configmap.get("data") or {}).get(REPORT_KEY)
+    if not raw:
+        return None, f"the report ConfigMap has no {REPORT_KEY}"
+    try:
+        report = json.loads(raw)
+    except ValueError as exc:
+        return None, f"{REPORT_KEY} is not JSON ({exc})"
+    if not isinstance(report, dict):
+        return None, f"{REPORT_KEY} is not a JSON object"
+    if report.get("version") != REPORT_VERSION:
+        return None, f"{REPORT_KEY} has version {report.get('version')!r}, expected 1"
+    if not isinstance(report.get("passed"), bool):
+        return None, f"{REPORT_KEY} has no boolean 'passed'"
+    return report, ""
+
+
+def _parse_time(text: object) -> datetime.datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+
+
+def audit_outcome(
+    group: Group, app: Mapping[str, Any] | None, report_cm: Mapping[str, Any] | None
+) -> AuditOutcome:
+    """Maps (SparkApplication state, report) to the Consistent condition.
+
+    * no checks / no run yet: Unknown (``ChecksDisabled`` / ``NoAuditYet``);
+    * running: Unknown ``AuditRunning`` (the previous lastAudit stays);
+    * FAILED / SUBMISSION_FAILED: Unknown ``AuditJobFailed`` (nothing was proved either way);
+    * COMPLETED with a passing report: True ``AuditPassed``;
+    * COMPLETED with violations: False ``ViolationsFound``;
+    * COMPLETED without a usable report (missing, malformed, other group, older than
+      the run): Unknown ``ReportMissing``.
+    """
+    if not group.spec.checks.enabled:
+        return AuditOutcome("Unknown", "ChecksDisabled", "spec.checks.enabled is false")
+    state = application_state(app)
+    name = (app or {}).get("metadata", {}).get("name", children.audit_name(group.name))
+    if not app or not state:
+        return AuditOutcome("Unknown", "NoAuditYet", "no audit run has been submitted yet")
+    if state in TERMINAL_FAILED:
+        detail = app.get("status", {}).get("applicationState", {}).get("errorMessage", "")
+        message = f"audit run {name} ended {state}" + (f": {detail}" if detail else "")
+        return AuditOutcome("Unknown", "AuditJobFailed", message)
+    if state != "COMPLETED":
+        return AuditOutcome("Unknown", "AuditRunning", f"audit run {name} is {state}")
+    report, why = parse_report(report_cm)
+    if report is None:
+        return AuditOutcome("Unknown", "ReportMissing", f"audit run {name} completed but {why}")
+    if report.get("group") != group.name:
+        return AuditOutcome(
+            "Unknown",
+            "ReportMissing",
+            f"the report is for group {report.get('group')!r}, not {group.name!r}",
+        )
+    submitted = _parse_time(app.get("status", {}).get("lastSubmissionAttemptTime"))
+    finished = _parse_time(report.get("finishedAt"))
+    if submitted is not None and finished is not None and finished < submitted:
+        return AuditOutcome(
+            "Unknown", "ReportMissing", f"audit run {name} completed but left no new report"
+        )
+    violations = int(report.get("violationsTotal") or 0)
+    summary = str(report.get("summary") or "")
+    last = {
+        "time": str(report.get("finishedAt") or ""),
+        "passed": bool(report["passed"]),
+        "result": "Passed" if report["passed"] else "Failed",
+        "summary": summary[:1000],
+        "violationsTotal": violations,
+        "application": name,
+    }
+    checked = report.get("checked")
+    if isinstance(checked, dict):
+        last["checkedEvents"] = int(checked.get("events") or 0)
+    if report["passed"]:
+        return AuditOutcome("True", "AuditPassed", summary or "the last audit passed", last)
+    return AuditOutcome(
+        "False",
+        "ViolationsFound",
+        f"{violations} violation(s): {summary}" if summary else f"{violations} violation(s)",
+        last,
+    )

@@ -1,0 +1,50 @@
+"""All desired children of a group in one bundle, split by when they may be applied."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kdsync_operator import audit, children
+from kdsync_operator.children import Obj, SecretData
+from kdsync_operator.spec import Group, SpecProblem
+
+
+@dataclass
+class Children:
+    """Everything the group should own, split by when it may be applied."""
+
+    shared: list[Obj] = field(default_factory=list)
+    members: dict[str, list[Obj]] = field(default_factory=dict)  # config Secret + StatefulSet
+    hashes: dict[str, str] = field(default_factory=dict)  # member -> desired config hash
+    audit: list[Obj] = field(default_factory=list)
+    problems: list[SpecProblem] = field(default_factory=list)
+
+
+def build_children(
+    group: Group,
+    pki_secrets: Mapping[str, Obj],
+    secrets: SecretData,
+) -> Children:
+    """All desired children. ``pki_secrets`` are the CA/member TLS Secrets (from
+    ``pki.desired_pki_secrets``), keyed by name; ``secrets`` the user's referenced Secrets."""
+    result = Children()
+    result.problems = children.config_problems(group, secrets)
+    result.shared += [
+        children.sidecar_service_account_object(group),
+        children.peers_service(group),
+        children.network_policy(group),
+        *pki_secrets.values(),
+    ]
+    for member in group.spec.members:
+        config, _ = children.sidecar_config(group, member.name, secrets)
+        text = children.render_config(config)
+        tls = pki_secrets.get(children.tls_secret_name(group.name, member.name), {})
+        sts = children.statefulset(group, member, text, children.digest(tls.get("data", {})))
+        result.members[member.name] = [children.config_secret(group, member.name, text), sts]
+        hashed = children.config_hash(sts)
+        assert hashed is not None
+        result.hashes[member.name] = hashed
+    if group.spec.checks.enabled:
+        result.audit = audit.audit_objects(group, secrets)
+    return result

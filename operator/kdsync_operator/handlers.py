@@ -1,0 +1,395 @@
+"""kopf handlers: fetch, call the pure functions, apply. The only module importing kopf.
+
+Run with ``kopf run --standalone --all-namespaces -m kdsync_operator.handlers``.
+
+Every trigger (the group changed or resumed, a child StatefulSet or SparkApplication
+changed, a periodic resync) runs the same idempotent ``reconcile``:
+
+1. read the group, the Secrets it refers to and the existing PKI Secrets;
+2. ``desired.build_children`` -> every desired object;
+3. server-side apply the shared objects; ``rollout.plan_rollout`` decides which members'
+   config Secret + StatefulSet may be applied now (one existing member at a time);
+4. follow the audit (``audit.audit_outcome``), build the status (``status.build_status``),
+   patch ``/status`` and post an Event for every condition transition.
+
+Environment:
+
+* ``KDSYNC_RESYNC_SECONDS`` (default 30): periodic reconcile interval;
+* ``KDSYNC_WEBHOOK`` = ``on``/``off`` (default on): serve the validating webhook;
+  ``KDSYNC_WEBHOOK_ADDR`` (0.0.0.0), ``KDSYNC_WEBHOOK_PORT`` (9443), ``KDSYNC_WEBHOOK_HOST``
+  (the name the API server dials, for a kopf-managed configuration),
+  ``KDSYNC_WEBHOOK_CERT``/``KDSYNC_WEBHOOK_KEY`` (PEM files; if unset a self-signed
+  certificate is made), ``KDSYNC_WEBHOOK_MANAGED`` (if set, kopf creates/updates the
+  ValidatingWebhookConfiguration of that name; the Helm chart renders its own instead);
+* ``KDSYNC_SCRAPE_METRICS`` = ``on`` to read ``kdsync_delivered_seq`` / ``kdsync_member_lag``
+  from each sidecar's ``/metrics`` (pod IP, port 8080) for the per-member status.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import logging
+import os
+import tempfile
+import threading
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+import kopf
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+from kdsync_operator import audit, children, desired, pki, rollout, status, validation
+from kdsync_operator.spec import API_GROUP, API_VERSION, HTTP_PORT, PLURAL, Group
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+FIELD_MANAGER = "kdsync-operator"
+RESYNC_SECONDS = float(os.environ.get("KDSYNC_RESYNC_SECONDS", "30"))
+MANAGED_SELECTOR = {"app.kubernetes.io/managed-by": children.MANAGED_BY}
+
+_clients: dict[str, Any] = {}
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock(namespace: str, name: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault((namespace, name), threading.Lock())
+
+
+def _api() -> kubernetes.client.ApiClient:
+    if "api" not in _clients:
+        try:
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+        _clients["api"] = kubernetes.client.ApiClient()
+    return cast(kubernetes.client.ApiClient, _clients["api"])
+
+
+def _dynamic() -> DynamicClient:
+    if "dynamic" not in _clients:
+        _clients["dynamic"] = DynamicClient(_api())  # type: ignore[no-untyped-call]
+    client: DynamicClient = _clients["dynamic"]
+    return client
+
+
+def _resource(api_version: str, kind: str) -> Any:
+    return _dynamic().resources.get(api_version=api_version, kind=kind)
+
+
+# --- startup: storage names under kdsync.io, the webhook server ------------------------
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> None:
+    settings.persistence.finalizer = f"{API_GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=API_GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    if os.environ.get("KDSYNC_WEBHOOK", "on") != "off":
+        settings.admission.server = _webhook_server()
+        managed = os.environ.get("KDSYNC_WEBHOOK_MANAGED")
+        if managed:
+            settings.admission.managed = managed
+    _api()
+    logger.info("kdsync operator configured (resync every %ss)", RESYNC_SECONDS)
+
+
+def _webhook_server() -> Any:
+    addr = os.environ.get("KDSYNC_WEBHOOK_ADDR", "0.0.0.0")
+    port = int(os.environ.get("KDSYNC_WEBHOOK_PORT", "9443"))
+    host = os.environ.get("KDSYNC_WEBHOOK_HOST") or None
+    certfile = os.environ.get("KDSYNC_WEBHOOK_CERT")
+    keyfile = os.environ.get("KDSYNC_WEBHOOK_KEY")
+    if not certfile or not keyfile:
+        from kdsync_operator.webhook_certs import self_signed  # noqa: PLC0415
+
+        folder = Path(tempfile.mkdtemp(prefix="kdsync-webhook-"))
+        cert, key = self_signed([host or "localhost", addr if addr != "0.0.0.0" else "127.0.0.1"])
+        (folder / "tls.crt").write_bytes(cert)
+        (folder / "tls.key").write_bytes(key)
+        (folder / "tls.key").chmod(0o600)
+        certfile, keyfile = str(folder / "tls.crt"), str(folder / "tls.key")
+    return kopf.WebhookServer(addr=addr, port=port, host=host, certfile=certfile, pkeyfile=keyfile)
+
+
+# --- admission -----------------------------------------------------------------------
+
+
+@kopf.on.validate(
+    API_GROUP, API_VERSION, PLURAL, id="validate-kdsyncgroup", operations=["CREATE", "UPDATE"]
+)
+def validate(spec: Mapping[str, Any], name: str | None, namespace: str | None, **_: Any) -> None:
+    problems = validation.spec_problems(name or "group", namespace or "default", dict(spec))
+    if problems:
+        raise kopf.AdmissionError("; ".join(str(p) for p in problems), code=422)
+
+
+# --- reconcile triggers --------------------------------------------------------------
+
+
+@kopf.on.resume(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.create(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.update(API_GROUP, API_VERSION, PLURAL, field="spec")
+def group_changed(name: str | None, namespace: str | None, logger: Logger, **_: Any) -> None:
+    _reconcile_or_retry(namespace, name, logger)
+
+
+@kopf.timer(API_GROUP, API_VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+def resync(name: str | None, namespace: str | None, logger: Logger, **_: Any) -> None:
+    _reconcile_or_retry(namespace, name, logger)
+
+
+@kopf.on.delete(API_GROUP, API_VERSION, PLURAL, optional=True)
+def group_deleted(body: kopf.Body, **_: Any) -> None:
+    kopf.info(
+        body,
+        reason="Deleted",
+        message="children are removed through owner references; Kafka topics (T-global, "
+        "internal topics) are retained (deletionPolicy: Retain)",
+    )
+
+
+def _parent_changed(labels: Mapping[str, str], namespace: str | None, logger: Logger) -> None:
+    group = labels.get(children.GROUP_LABEL)
+    if group and namespace:
+        _reconcile_or_retry(namespace, group, logger)
+
+
+@kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED_SELECTOR)
+def statefulset_event(
+    labels: Mapping[str, str], namespace: str | None, logger: Logger, **_: Any
+) -> None:
+    _parent_changed(labels, namespace, logger)
+
+
+@kopf.on.event("sparkoperator.k8s.io", "v1beta2", "sparkapplications")
+def spark_event(labels: Mapping[str, str], namespace: str | None, logger: Logger, **_: Any) -> None:
+    # Runs of a ScheduledSparkApplication carry the labels of its template. The report
+    # ConfigMap is not watched (that would mean watching every ConfigMap): the job writes
+    # it before its application turns COMPLETED, and the periodic resync covers the rest.
+    _parent_changed(labels, namespace, logger)
+
+
+def _reconcile_or_retry(namespace: str | None, name: str | None, logger: Logger) -> None:
+    if not namespace or not name:
+        return
+    try:
+        reconcile(namespace, name, logger)
+    except ApiException as exc:
+        raise kopf.TemporaryError(f"API error {exc.status}: {exc.reason}", delay=5) from exc
+
+
+# --- reconcile -----------------------------------------------------------------------
+
+
+def _get(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = _resource(api_version, kind).get(name=name, namespace=namespace)
+    except (NotFoundError, ResourceNotFoundError):
+        return None
+    result: dict[str, Any] = obj.to_dict()
+    return result
+
+
+def _apply(obj: Mapping[str, Any]) -> dict[str, Any]:
+    resource = _resource(obj["apiVersion"], obj["kind"])
+    applied = _dynamic().server_side_apply(  # type: ignore[no-untyped-call]
+        resource, body=dict(obj), field_manager=FIELD_MANAGER, force_conflicts=True
+    )
+    result: dict[str, Any] = applied.to_dict()
+    return result
+
+
+def _delete(api_version: str, kind: str, namespace: str, name: str) -> None:
+    with contextlib.suppress(NotFoundError):
+        _resource(api_version, kind).delete(name=name, namespace=namespace)
+
+
+def _decoded(secret: Mapping[str, Any] | None) -> dict[str, str]:
+    data = (secret or {}).get("data") or {}
+    return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
+
+
+def _referenced_secrets(group: Group) -> dict[str, dict[str, str]]:
+    found: dict[str, dict[str, str]] = {}
+    for member in group.spec.members:
+        ref = member.kafka.properties_secret_ref if member.kafka else None
+        if ref is not None and ref.name not in found:
+            secret = _get("v1", "Secret", group.namespace, ref.name)
+            if secret is not None:
+                found[ref.name] = _decoded(secret)
+    return found
+
+
+def _existing_pki(group: Group) -> dict[str, dict[str, str]]:
+    names = [children.ca_secret_name(group.name)] + [
+        children.tls_secret_name(group.name, m.name) for m in group.spec.members
+    ]
+    result: dict[str, dict[str, str]] = {}
+    for name in names:
+        secret = _get("v1", "Secret", group.namespace, name)
+        if secret is not None:
+            result[name] = dict(secret.get("data") or {})
+    return result
+
+
+def _statefulsets(group: Group) -> dict[str, dict[str, Any]]:
+    selector = (
+        f"{children.GROUP_LABEL}={group.name},app.kubernetes.io/managed-by={children.MANAGED_BY}"
+    )
+    items = _resource("apps/v1", "StatefulSet").get(
+        namespace=group.namespace, label_selector=selector
+    )
+    found: dict[str, dict[str, Any]] = {}
+    for item in items.to_dict().get("items", []):
+        member = (item["metadata"].get("labels") or {}).get(children.MEMBER_LABEL)
+        if member:
+            found[member] = item
+    return found
+
+
+def _audit_state(group: Group) -> audit.AuditOutcome:
+    if not group.spec.checks.enabled:
+        return audit.audit_outcome(group, None, None)
+    name = children.audit_name(group.name)
+    try:
+        if group.spec.checks.schedule:
+            scheduled = _get(audit.SPARK_API, "ScheduledSparkApplication", group.namespace, name)
+            run = audit.last_run_name(scheduled)
+            app = _get(audit.SPARK_API, "SparkApplication", group.namespace, run) if run else None
+        else:
+            app = _get(audit.SPARK_API, "SparkApplication", group.namespace, name)
+    except ResourceNotFoundError:
+        app = None
+    report = _get("v1", "ConfigMap", group.namespace, children.audit_report_configmap(group.name))
+    return audit.audit_outcome(group, app, report)
+
+
+def _member_metrics(group: Group) -> dict[str, status.MemberMetrics]:
+    """Hook for per-member deliveredSeq/lag: off unless KDSYNC_SCRAPE_METRICS=on."""
+    if os.environ.get("KDSYNC_SCRAPE_METRICS") != "on":
+        return {}
+    found: dict[str, status.MemberMetrics] = {}
+    for member in group.spec.members:
+        pod = _get(
+            "v1", "Pod", group.namespace, f"{children.statefulset_name(group.name, member.name)}-0"
+        )
+        ip = ((pod or {}).get("status") or {}).get("podIP")
+        if not ip:
+            continue
+        try:
+            with urllib.request.urlopen(f"http://{ip}:{HTTP_PORT}/metrics", timeout=2) as r:
+                found[member.name] = status.parse_metrics(r.read().decode("utf-8", "replace"))
+        except OSError:
+            continue
+    return found
+
+
+def reconcile(namespace: str, name: str, logger: Logger) -> None:
+    with _lock(namespace, name):
+        obj = _get(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup", namespace, name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return
+        _reconcile(obj, logger)
+
+
+def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
+    group = Group.from_object(obj)
+    secrets = _referenced_secrets(group)
+    pki_secrets = pki.desired_pki_secrets(group, _existing_pki(group))
+    wanted = desired.build_children(group, pki_secrets, secrets)
+    observed_sts = _statefulsets(group)
+    in_spec = {m.name for m in group.spec.members}
+    extra = sorted(m for m in observed_sts if m not in in_spec)
+    plan = rollout.plan_rollout(
+        wanted.hashes,
+        {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes},
+        extra,
+    )
+    if not wanted.problems:
+        for child in wanted.shared:
+            _apply(child)
+        for member in plan.apply:
+            for child in wanted.members[member]:
+                applied = _apply(child)
+                if child["kind"] == "StatefulSet":
+                    observed_sts[member] = applied
+            logger.info("applied member %s of group %s", member, group.name)
+        for member in plan.delete:
+            for kind, child_name in (
+                ("StatefulSet", children.statefulset_name(group.name, member)),
+                ("Secret", children.config_secret_name(group.name, member)),
+                ("Secret", children.tls_secret_name(group.name, member)),
+            ):
+                _delete(
+                    "apps/v1" if kind == "StatefulSet" else "v1", kind, group.namespace, child_name
+                )
+            observed_sts.pop(member, None)
+        for child in wanted.audit:
+            try:
+                _apply(child)
+            except ResourceNotFoundError:
+                logger.warning("cannot create %s: is the spark-operator installed?", child["kind"])
+    observed = {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes}
+    after = rollout.plan_rollout(
+        wanted.hashes, observed, [m for m in extra if m not in plan.delete]
+    )
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    previous = obj.get("status") or {}
+    new_status = status.build_status(
+        group,
+        observed,
+        after,
+        _audit_state(group),
+        previous,
+        now,
+        wanted.problems,
+        _member_metrics(group),
+        just_updated=plan.updating,
+    )
+    if _differs(previous, new_status):
+        _resource(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup").status.patch(
+            name=group.name,
+            namespace=group.namespace,
+            body={"status": new_status},
+            content_type="application/merge-patch+json",
+        )
+    for change in status.transitions(previous, new_status):
+        post = kopf.warn if change.warning else kopf.info
+        post(
+            cast(kopf.Body, obj),
+            reason=f"{change.condition}{change.status}",
+            message=f"{change.reason}: {change.message}",
+        )
+    if plan.updating is not None:
+        kopf.info(
+            cast(kopf.Body, obj),
+            reason="MemberUpdated",
+            message=f"updated member {plan.updating}; others wait for it to be ready",
+        )
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _differs(previous: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether the merge patch of ``new`` would change ``previous`` (nulls delete keys)."""
+    stored = _without_nulls(previous)
+    return any(stored.get(key) != _without_nulls(value) for key, value in new.items())

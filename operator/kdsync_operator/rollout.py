@@ -1,0 +1,110 @@
+"""The rollout plan: which members' StatefulSets may be applied now.
+
+A group of n members needs a majority (n // 2 + 1) up to keep ordering. A spec change
+touches every member's config, so applying it everywhere at once would restart every
+sidecar together and stop the group. The plan therefore:
+
+* creates missing members at once (a member that does not exist holds no vote anyway);
+* updates at most ONE existing, outdated member per step, and only when every OTHER
+  member is ready: the updated one is the only member that can be down, so the group
+  never loses more than one vote, and a second member is not touched until the first
+  is ready again on its new revision;
+* deletes StatefulSets of members removed from the spec only once the rest is
+  up to date and ready.
+
+"Ready" is read from the StatefulSet status: the controller has observed the current
+generation, the update revision is the current revision, and the replica is ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdsync_operator.children import config_hash
+
+
+@dataclass(frozen=True)
+class MemberObservation:
+    name: str
+    exists: bool
+    ready: bool
+    hash: str | None
+
+
+def statefulset_ready(sts: Mapping[str, Any] | None) -> bool:
+    if not sts:
+        return False
+    generation = sts.get("metadata", {}).get("generation") or 0
+    status = sts.get("status") or {}
+    if (status.get("observedGeneration") or 0) < generation:
+        return False
+    current, update = status.get("currentRevision"), status.get("updateRevision")
+    if current and update and current != update:
+        return False
+    return int(status.get("readyReplicas") or 0) >= 1
+
+
+def observe(name: str, sts: Mapping[str, Any] | None) -> MemberObservation:
+    return MemberObservation(
+        name=name,
+        exists=sts is not None,
+        ready=statefulset_ready(sts),
+        hash=config_hash(sts) if sts is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    apply: tuple[str, ...] = ()  # members whose config Secret + StatefulSet to apply now
+    delete: tuple[str, ...] = ()  # removed members whose StatefulSet to delete
+    outdated: tuple[str, ...] = ()  # members still on an older config (incl. apply)
+    waiting_for: tuple[str, ...] = ()  # not-ready members holding the rollout back
+    updating: str | None = None  # the member being updated in this step
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return not self.outdated and not self.delete and not self.waiting_for
+
+
+def plan_rollout(
+    desired: Mapping[str, str],
+    observed: Mapping[str, MemberObservation],
+    extra: Sequence[str] = (),
+) -> RolloutPlan:
+    """``desired``: member -> desired config hash, in spec order. ``observed``: member ->
+    what its StatefulSet shows. ``extra``: members that have a StatefulSet but are no
+    longer in the spec."""
+    order = list(desired)
+    missing = [
+        m for m in order if not observed.get(m, MemberObservation(m, False, False, None)).exists
+    ]
+    existing = [m for m in order if m not in missing]
+    outdated = [m for m in existing if observed[m].hash != desired[m]]
+    not_ready = [m for m in existing if not observed[m].ready]
+    apply = list(missing)
+    updating: str | None = None
+    for member in outdated:
+        if all(other == member for other in not_ready):
+            updating = member
+            apply.append(member)
+            break
+    waiting = [] if updating is not None or not outdated else not_ready
+    delete: list[str] = []
+    if not outdated and not missing and not not_ready:
+        delete = list(extra)
+    notes: list[str] = []
+    if outdated and updating is None:
+        notes.append(
+            f"waiting for {', '.join(not_ready)} to be ready before updating {outdated[0]}"
+        )
+    return RolloutPlan(
+        apply=tuple(apply),
+        delete=tuple(delete),
+        outdated=tuple(missing + outdated),
+        waiting_for=tuple(waiting),
+        updating=updating,
+        notes=notes,
+    )

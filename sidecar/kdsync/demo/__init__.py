@@ -1,0 +1,1 @@
+"""The local end-to-end demonstration (hack/demo)."""
