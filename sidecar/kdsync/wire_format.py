@@ -16,7 +16,7 @@ Layout (all integers big-endian; ``i64`` signed, ``u32`` unsigned)::
     bool       = u8, 0 or 1
 
     tag  body
-    1    VoteRequest     term last_index last_term incarnation        (4 x i64)
+    1    VoteRequest     term last_index last_term incarnation (4 x i64) transfer (u8)
     2    VoteReply       term:i64 granted:bool incarnation:i64
     3    Append          term prev_index prev_term commit incarnation all_durable
                          (6 x i64)  count:u32  entry[count]
@@ -97,7 +97,7 @@ _TAG_NAMES: dict[int, str] = {
 }
 
 _PREFIX = struct.Struct(">BB")
-_VOTE_REQUEST = struct.Struct(">BBqqqq")
+_VOTE_REQUEST = struct.Struct(">BBqqqqB")
 _VOTE_REPLY = struct.Struct(">BBqBq")
 _APPEND = struct.Struct(">BBqqqqqqI")
 _APPEND_REPLY = struct.Struct(">BBqBqqqqq")
@@ -190,7 +190,13 @@ def _put_entries(parts: list[bytes], entries: tuple[Entry, ...]) -> None:
 
 def _encode_vote_request(m: VoteRequest) -> bytes:
     return _VOTE_REQUEST.pack(
-        FORMAT_VERSION, TAG_VOTE_REQUEST, m.term, m.last_index, m.last_term, m.incarnation
+        FORMAT_VERSION,
+        TAG_VOTE_REQUEST,
+        m.term,
+        m.last_index,
+        m.last_term,
+        m.incarnation,
+        m.transfer,
     )
 
 
@@ -428,8 +434,11 @@ def _take_entries(data: bytes, pos: int, count: int) -> tuple[tuple[Entry, ...],
 
 
 def _decode_vote_request(data: bytes) -> tuple[VoteRequest, int]:
-    _, _, term, last_index, last_term, incarnation = _VOTE_REQUEST.unpack_from(data)
-    return VoteRequest(term, last_index, last_term, incarnation), _VOTE_REQUEST.size
+    _, _, term, last_index, last_term, incarnation, transfer = _VOTE_REQUEST.unpack_from(data)
+    if transfer > 1:
+        raise _bad_flag("'transfer'", transfer)
+    request = VoteRequest(term, last_index, last_term, incarnation, bool(transfer))
+    return request, _VOTE_REQUEST.size
 
 
 def _decode_vote_reply(data: bytes) -> tuple[VoteReply, int]:

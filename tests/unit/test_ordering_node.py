@@ -32,6 +32,7 @@ from kdsync.ordering import (
     SourceEvent,
     Timing,
 )
+from kdsync.ordering.messages import TimeoutNow
 
 TIMING = Timing()  # election after 10..20 ticks without a leader
 ELECTION_DEADLINE = 10 * TIMING.election_ticks
@@ -329,6 +330,52 @@ def test_a_new_leader_is_elected_when_the_leader_crashes() -> None:
     new = pump.leader()
     assert new is not None and new != old
     assert pump.node(new).term > old_term
+
+
+def test_a_member_cut_off_from_the_leader_cannot_depose_it() -> None:
+    """A member that stops hearing the leader campaigns with ever higher terms; the
+    others still hear the leader and ignore it (Raft thesis 4.2.3), so the group keeps
+    its leader and term instead of electing again and again."""
+    pump = Pump(THREE)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    leader = pump.leader()
+    assert leader is not None
+    term = pump.node(leader).term
+    cut_off = next(m for m in THREE.members if m != leader)
+    pump.cut |= {(leader, cut_off), (cut_off, leader)}
+    for _ in range(10 * TIMING.election_ticks):
+        pump.tick()
+    assert pump.node(cut_off).term > term + 2, "the cut-off member kept campaigning"
+    bystander = next(m for m in THREE.members if m not in (leader, cut_off))
+    assert pump.node(leader).role is Role.LEADER
+    assert pump.node(leader).term == term
+    assert pump.node(bystander).leader == leader
+    assert pump.node(bystander).term == term
+    pump.cut.clear()
+    pump.run_until(
+        lambda: (
+            pump.leader() is not None
+            and len({n.term for n in pump.up()}) == 1
+            and all(n.leader == pump.leader() for n in pump.up())
+        ),
+        ELECTION_DEADLINE,
+        "one leader followed by everyone after healing",
+    )
+
+
+def test_a_requested_handover_is_not_ignored() -> None:
+    """A campaign the leader asked for (TimeoutNow) is marked as a transfer and wins
+    even though every member still hears the old leader."""
+    pump = Pump(THREE)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    leader = pump.leader()
+    assert leader is not None
+    target = next(m for m in THREE.members if m != leader)
+    term = pump.node(leader).term
+    pump.node(target).receive(leader, TimeoutNow(term))
+    pump.pump()
+    assert pump.leader() == target
+    assert pump.node(target).term == term + 1
 
 
 # ---------------------------------------------------------------- ordering

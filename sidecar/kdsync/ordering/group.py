@@ -51,7 +51,7 @@ class Timing:
     max_entries_per_append: int = 512
     # Also bounds an Append's payload (at least one entry is always sent), so a peer
     # frame stays far below the transport's frame limit even with large events.
-    max_append_bytes: int = 8 * 1024 * 1024
+    max_append_bytes: int = 1024 * 1024
     max_uncommitted: int = 4096  # a leader refuses new batches beyond this backlog
     max_outbox: int = 1024  # batches an origin may have in flight
     retained_applied: int = 1024  # applied entries kept in memory for lagging peers

@@ -18,6 +18,9 @@ class VoteRequest:
     last_index: int
     last_term: int
     incarnation: int
+    # A campaign the leader asked for (TimeoutNow): members that still hear that leader
+    # must not ignore it, unlike an ordinary campaign (see OrderingNode.receive).
+    transfer: bool = False
 
 
 @dataclass(frozen=True, slots=True)

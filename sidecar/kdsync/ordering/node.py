@@ -253,6 +253,8 @@ class OrderingNode:
             return
         if isinstance(message, RecoverReply):
             return
+        if isinstance(message, VoteRequest) and self._leader_is_alive(message):
+            return
         if message.term > self.term:
             leader = sender if isinstance(message, Append) else None
             self._become_follower(message.term, leader)
@@ -269,7 +271,7 @@ class OrderingNode:
             and message.term == self.term
             and self.role == Role.FOLLOWER
         ):
-            self._campaign()
+            self._campaign(transfer=True)
 
     # ------------------------------------------------------------------ outputs
 
@@ -364,13 +366,15 @@ class OrderingNode:
         if leader != was_leader and leader is not None:
             self._on_leader_change()
 
-    def _campaign(self) -> None:
+    def _campaign(self, transfer: bool = False) -> None:
         self.role = Role.CANDIDATE
         self.leader = None
         self._set_term(self.term + 1, self.member)
         self._votes = {self.member}
         self._reset_election_timer()
-        request = VoteRequest(self.term, self.log.last_index, self.log.last_term, self.incarnation)
+        request = VoteRequest(
+            self.term, self.log.last_index, self.log.last_term, self.incarnation, transfer
+        )
         for peer in self._peers:
             self._send(peer, request)
 
@@ -403,6 +407,23 @@ class OrderingNode:
 
     def _log_is_current(self, last_index: int, last_term: int) -> bool:
         return (last_term, last_index) >= (self.log.last_term, self.log.last_index)
+
+    def _leader_is_alive(self, request: VoteRequest) -> bool:
+        """Ignore a campaign while a live leader is known (Raft thesis 4.2.3): a member
+        that fell behind or was cut off, and campaigns again and again, must not depose a
+        leader the rest of the group still follows. Ignoring a message is always safe."""
+        if request.transfer or request.term <= self.term:
+            return False
+        horizon = self._now - self.timing.election_ticks
+        if self.role == Role.LEADER:
+            heard = sum(1 for m, at in self._heard_at.items() if at >= horizon)
+            return heard + 1 >= self.group.quorum
+        leader = self.leader
+        return (
+            self.role == Role.FOLLOWER
+            and leader is not None
+            and self._heard_at.get(leader, _NEVER) >= horizon
+        )
 
     def _on_vote_request(self, candidate: str, request: VoteRequest) -> None:
         grant = (
@@ -446,9 +467,11 @@ class OrderingNode:
         current = self._ready.persist_from
         self._ready.persist_from = index if current is None else min(current, index)
 
-    def _entries_for(self, peer: str, first: int) -> list[Entry] | None:
+    def _entries_for(self, peer: str, first: int, limit: int | None = None) -> list[Entry] | None:
         """Entries from ``first`` for an Append, or None while they must be loaded."""
         entries = self._entries_from(first)
+        if entries is not None and limit is not None:
+            entries = entries[:limit]
         if entries is None or len(entries) < 2:
             return entries
         budget = self.timing.max_append_bytes
@@ -527,7 +550,9 @@ class OrderingNode:
                     continue
                 self._probe_inflight.add(peer)
                 first = self._next[peer]
-                entries = self._entries_for(peer, first) if first <= last else []
+                # A probe carries one entry: it may be resent every heartbeat until the
+                # peer's position is known, and must stay cheap for a peer far behind.
+                entries = self._entries_for(peer, first, 1) if first <= last else []
                 if entries is not None:
                     self._send_append(peer, entries, first - 1)
                     self._next[peer] = first  # probes do not advance optimistically
