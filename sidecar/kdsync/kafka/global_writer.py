@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kdsync import naming
+from kdsync.kafka.client_config import client_config
 from kdsync.kafka.errors import KafkaUnavailable, ProducerFenced, RecordTooLarge
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
 from kdsync.ordering import Delivery, LedgerState
@@ -67,16 +68,18 @@ class GlobalWriter:
         self._timeout = timeout
         self._ledger_topic = naming.ledger_topic(group)
         self._producer = Producer(
-            {
-                **self._properties,
-                "transactional.id": naming.transactional_id(group, member),
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "message.max.bytes": 64 * 1024 * 1024,
-                "transaction.timeout.ms": 120_000,
-                "client.id": f"kdsync-{group}-{member}-global",
-            }
+            client_config(
+                self._properties,
+                **{
+                    "transactional.id": naming.transactional_id(group, member),
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "message.max.bytes": 64 * 1024 * 1024,
+                    "transaction.timeout.ms": 120_000,
+                    "client.id": f"kdsync-{group}-{member}-global",
+                },
+            )
         )
         self._errors: list[tuple[KafkaError, str, int]] = []  # (error, topic, record size)
 

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kdsync import naming
+from kdsync.kafka.client_config import admin_config, client_config
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer
 from kdsync.ordering import Entry, HardState
@@ -49,14 +50,16 @@ class LogStore:
         self._topic = naming.log_topic(group)
         self._group_id = f"{naming.consumer_group(group)}.{member}.log-reader"
         self._producer = Producer(
-            {
-                **self._properties,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 1,
-                "message.max.bytes": 64 * 1024 * 1024,
-                "client.id": f"kdsync-{group}-{member}-log",
-            }
+            client_config(
+                self._properties,
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 1,
+                    "message.max.bytes": 64 * 1024 * 1024,
+                    "client.id": f"kdsync-{group}-{member}-log",
+                },
+            )
         )
         self._offsets: dict[int, int] = {}  # entry index -> offset of its latest record
         self._hard_offset = -1
@@ -197,7 +200,7 @@ class LogStore:
         if self._hard_offset < cut:
             # The latest hard state must survive the cut: write it again above it.
             self.persist(self._hard_state, [])
-        admin = AdminClient(dict[str, str | int | float | bool](self._properties))
+        admin = AdminClient(admin_config(self._properties))
         try:
             futures = admin.delete_records([TopicPartition(self._topic, 0, cut)])
             for future in futures.values():

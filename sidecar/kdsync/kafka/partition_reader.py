@@ -13,6 +13,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from kdsync.kafka.client_config import client_config
 from kdsync.kafka.errors import KafkaUnavailable
 
 
@@ -20,16 +21,18 @@ def reading_consumer(
     properties: Mapping[str, str], group_id: str, *, committed_only: bool
 ) -> Consumer:
     return Consumer(
-        {
-            **properties,
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
-            "auto.offset.reset": "earliest",
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-        }
+        client_config(
+            properties,
+            **{
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+                "auto.offset.reset": "earliest",
+                "fetch.max.bytes": 64 * 1024 * 1024,
+                "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            },
+        )
     )
 
 

@@ -25,6 +25,7 @@ from confluent_kafka import (
 )
 
 from kdsync import naming
+from kdsync.kafka.client_config import client_config
 from kdsync.kafka.topics import ClusterTopics
 from kdsync.ordering import OriginBatch, SourceEvent
 
@@ -54,18 +55,20 @@ class SourceReader:
         self._on_batches = on_batches
         self.batches: queue.Queue[OriginBatch] = queue.Queue(maxsize=queue_batches)
         self._consumer = Consumer(
-            {
-                **properties,
-                "group.id": naming.consumer_group(group),
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "client.id": f"kdsync-{group}-{member}-source",
-                "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                # New events should not wait for a fuller fetch: latency over throughput.
-                "fetch.wait.max.ms": 100,
-            }
+            client_config(
+                properties,
+                **{
+                    "group.id": naming.consumer_group(group),
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                    "client.id": f"kdsync-{group}-{member}-source",
+                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                    # New events should not wait for a fuller fetch: latency over throughput.
+                    "fetch.wait.max.ms": 100,
+                },
+            )
         )
         self._topics = ClusterTopics(properties)
         self._assigned: dict[tuple[str, int], int] = {}  # partition -> next position to offer

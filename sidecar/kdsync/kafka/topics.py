@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from kdsync import naming
+from kdsync.kafka.client_config import admin_config
 from kdsync.kafka.errors import KafkaUnavailable
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class ClusterTopics:
     """Admin operations on one member's cluster."""
 
     def __init__(self, properties: Mapping[str, str], timeout: float = 30.0) -> None:
-        self._admin = AdminClient(dict(properties))
+        self._admin = AdminClient(admin_config(properties))
         self._timeout = timeout
         self._servers = properties.get("bootstrap.servers", "?")
         self._known: set[str] = set()

@@ -1,0 +1,235 @@
+"""What to read: offset ranges planned with a plain Kafka client before Spark starts.
+
+Planning fixes the end of every range up front, so Spark reads a stable snapshot and two
+members' ranges are comparable. Order matters: each origin's committed source offsets
+(consumer group ``kdsync-<group>``) are read **before** the ends of the ``T-global``
+topics, so every event below a committed offset was delivered before the snapshot of
+``T-global`` was taken (the sidecar commits source offsets in its delivery transaction).
+Ends are last stable offsets (read_committed): open transactions are not part of the
+snapshot. This is also where an unreachable cluster is found, with a clear message.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from kdsync import naming
+from kdsync.audit.state import AuditState
+from kdsync.config import MemberConfig, SidecarConfig
+
+DEFAULT_KAFKA_TIMEOUT = 15.0
+
+
+class KafkaUnreachable(RuntimeError):
+    """A member's Kafka cluster did not answer (the message names member and servers)."""
+
+
+@dataclass(frozen=True)
+class TopicRange:
+    """Offsets ``[start, end)`` of every partition of one Kafka topic in one member."""
+
+    member: str
+    topic: str
+    bootstrap: str
+    properties: Mapping[str, str]
+    start: Mapping[int, int]
+    end: Mapping[int, int]
+    low: Mapping[int, int] = field(default_factory=dict)
+    # Origins only: the committed source offset of kdsync-<group> per partition, or the
+    # visible end where the group has not committed: events below it must be replicated.
+    expected: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        """Offsets in the range (records plus transaction markers: an upper bound)."""
+        return sum(max(0, self.end[p] - self.start[p]) for p in self.end)
+
+    @property
+    def trimmed(self) -> bool:
+        """Whether retention already removed the beginning of some partition."""
+        return any(offset > 0 for offset in self.low.values())
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """Everything to read for source topic ``T``."""
+
+    topic: str
+    global_topic: str
+    globals: tuple[TopicRange, ...]
+    origins: tuple[TopicRange, ...]
+    # origin member -> partition -> committed offset of kdsync-<group> (None: no commit)
+    committed: Mapping[str, Mapping[int, int | None]]
+
+
+@dataclass(frozen=True)
+class AuditPlan:
+    group: str
+    data_members: tuple[str, ...]
+    topics: tuple[TopicPlan, ...]
+
+
+class _MemberClient:
+    """One read_committed consumer per member, used for metadata and offsets only."""
+
+    def __init__(self, group: str, member: MemberConfig, timeout: float) -> None:
+        assert member.kafka is not None
+        self.name = member.name
+        self.bootstrap = member.kafka.bootstrap_servers
+        self.properties = dict(member.kafka.properties)
+        self.timeout = timeout
+        self._consumer = Consumer(
+            {
+                **member.kafka.client_properties(),
+                # Never joins: committed() reads the group's offsets without subscribing.
+                "group.id": naming.consumer_group(group),
+                "client.id": f"kdsync-audit-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "socket.timeout.ms": int(timeout * 1000),
+            }
+        )
+
+    def _fail(self, what: str, error: BaseException) -> KafkaUnreachable:
+        reason = error.args[0] if error.args else error
+        text = reason.str() if hasattr(reason, "str") else str(reason)
+        return KafkaUnreachable(
+            f"member {self.name}: cannot {what} from Kafka at {self.bootstrap} "
+            f"within {self.timeout:g}s ({text}); check that the cluster is up and reachable "
+            "and members[].kafka in the config"
+        )
+
+    def topics(self) -> dict[str, list[int]]:
+        try:
+            metadata = self._consumer.list_topics(timeout=self.timeout)
+        except KafkaException as error:
+            raise self._fail("list topics", error) from None
+        return {
+            name: sorted(described.partitions)
+            for name, described in metadata.topics.items()
+            if described.error is None
+        }
+
+    def watermarks(self, topic: str, partitions: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """partition -> (low watermark, last stable offset)."""
+        marks: dict[int, tuple[int, int]] = {}
+        for partition in partitions:
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self.timeout, cached=False
+                )
+            except KafkaException as error:
+                raise self._fail(f"read offsets of {topic}[{partition}]", error) from None
+            marks[partition] = (low, high)
+        return marks
+
+    def committed(self, topic: str, partitions: Iterable[int]) -> dict[int, int | None]:
+        wanted = [TopicPartition(topic, p) for p in partitions]
+        if not wanted:
+            return {}
+        try:
+            found = self._consumer.committed(wanted, timeout=self.timeout)
+        except KafkaException as error:
+            raise self._fail(f"read committed offsets of {topic}", error) from None
+        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _selected_topics(
+    config: SidecarConfig, listings: Iterable[Mapping[str, list[int]]]
+) -> list[str]:
+    names = set(config.topics.names)
+    for listing in listings:
+        names.update(name for name in listing if config.topics.selects(name))
+    return sorted(names)
+
+
+def plan_audit(
+    config: SidecarConfig,
+    state: AuditState | None,
+    *,
+    timeout: float = DEFAULT_KAFKA_TIMEOUT,
+) -> AuditPlan:
+    """Plan the ranges to read from every data member; ``KafkaUnreachable`` if one is down."""
+    clients = [_MemberClient(config.group, m, timeout) for m in config.data_members]
+    try:
+        listings = {client.name: client.topics() for client in clients}
+        topics = _selected_topics(config, listings.values())
+        plans: list[TopicPlan] = []
+        for topic in topics:
+            previous = state.topics.get(topic) if state is not None else None
+            global_name = config.topics.global_topic(topic)
+            committed: dict[str, dict[int, int | None]] = {}
+            origins: list[TopicRange] = []
+            # 1. origins: committed source offsets first, then their visible ends.
+            for client in clients:
+                partitions = listings[client.name].get(topic)
+                if partitions is None:
+                    continue
+                commits = client.committed(topic, partitions)
+                committed[client.name] = commits
+                marks = client.watermarks(topic, partitions)
+                start: dict[int, int] = {}
+                end: dict[int, int] = {}
+                expected: dict[int, int] = {}
+                for p in partitions:
+                    low, stable = marks[p]
+                    upto = commits.get(p)
+                    # Read up to the visible end: another member may have delivered an
+                    # event its origin has not (yet) committed; its record is there.
+                    end[p] = stable
+                    expected[p] = stable if upto is None else min(upto, stable)
+                    resume = None if previous is None else previous.origin_offset(client.name, p)
+                    start[p] = min(max(low, resume if resume is not None else low), end[p])
+                origins.append(
+                    TopicRange(
+                        client.name,
+                        topic,
+                        client.bootstrap,
+                        client.properties,
+                        start,
+                        end,
+                        {p: marks[p][0] for p in partitions},
+                        expected,
+                    )
+                )
+            # 2. then every member's T-global.
+            globals_: list[TopicRange] = []
+            for client in clients:
+                partitions = listings[client.name].get(global_name)
+                if partitions is None:
+                    continue
+                marks = client.watermarks(global_name, partitions)
+                start = {}
+                end = {}
+                for p in partitions:
+                    low, stable = marks[p]
+                    resume = None if previous is None else previous.global_offset(client.name, p)
+                    end[p] = stable
+                    start[p] = min(max(low, resume if resume is not None else low), stable)
+                globals_.append(
+                    TopicRange(
+                        client.name,
+                        global_name,
+                        client.bootstrap,
+                        client.properties,
+                        start,
+                        end,
+                        {p: marks[p][0] for p in partitions},
+                    )
+                )
+            plans.append(TopicPlan(topic, global_name, tuple(globals_), tuple(origins), committed))
+        return AuditPlan(
+            group=config.group,
+            data_members=tuple(m.name for m in config.data_members),
+            topics=tuple(plans),
+        )
+    finally:
+        for client in clients:
+            client.close()
