@@ -149,6 +149,7 @@ class OrderingNode:
         self._sent_commit: dict[str, int] = {}
         self._peer_incarnation: dict[str, int] = {}
         self._heard_at: dict[str, int] = {}  # tick of the last message from each peer
+        self._acked_at: dict[str, int] = {}  # as leader: last AppendReply of this term
         self._known_commit = 0  # the highest commit index a leader has told us about
         # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
         # not appended again (it would only be dropped as a duplicate after ordering).
@@ -391,6 +392,7 @@ class OrderingNode:
         for index in range(self.commit_index + 1, self.log.last_index + 1):
             self._track_uncommitted(self.log.entry(index))
         self._progress_at = {p: self._now for p in self._peers}
+        self._acked_at = {}
         self._sent_commit = {p: 0 for p in self._peers}
         # A no-op in the new term lets earlier entries commit (Raft, section 5.4.2).
         self._append_local(None)
@@ -416,8 +418,9 @@ class OrderingNode:
             return False
         horizon = self._now - self.timing.election_ticks
         if self.role == Role.LEADER:
-            heard = sum(1 for m, at in self._heard_at.items() if at >= horizon)
-            return heard + 1 >= self.group.quorum
+            # Followers that answered our Appends lately; a campaigning peer does not count.
+            acked = sum(1 for at in self._acked_at.values() if at >= horizon)
+            return acked + 1 >= self.group.quorum
         leader = self.leader
         return (
             self.role == Role.FOLLOWER
@@ -627,6 +630,7 @@ class OrderingNode:
             self._next[peer] = self.log.last_index + 1
             self._probing.add(peer)
         self._peer_incarnation[peer] = reply.peer_incarnation
+        self._acked_at[peer] = self._now
         if reply.success or reply.rejected_index == self._next[peer] - 1:
             # This answers the probe in flight (older answers must not trigger resends).
             self._probe_inflight.discard(peer)
