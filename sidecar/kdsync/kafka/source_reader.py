@@ -40,6 +40,7 @@ class SourceReader:
         properties: Mapping[str, str],
         group: str,
         member: str,
+        topics: ClusterTopics,
         selects: Callable[[str], bool],
         start_positions: Mapping[tuple[str, int], int],
         max_batch_events: int,
@@ -70,7 +71,7 @@ class SourceReader:
                 },
             )
         )
-        self._topics = ClusterTopics(properties)
+        self._topics = topics  # shared with the sidecar: one admin client per cluster
         self._assigned: dict[tuple[str, int], int] = {}  # partition -> next position to offer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kdsync-source", daemon=True)

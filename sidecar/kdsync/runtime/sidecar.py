@@ -213,6 +213,7 @@ class Sidecar:
             properties,
             config.group,
             self.member,
+            self._topics,
             config.topics.selects,
             positions,
             config.ordering.max_batch_events,

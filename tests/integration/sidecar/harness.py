@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from kdsync import naming
 from kdsync.local_group import LocalSidecarGroup
 from kdsync.verification.replica_check import (
     CheckResult,
@@ -164,6 +165,17 @@ class GlobalWatch:
     def close(self) -> None:
         for follower in self.followers.values():
             follower.close()
+
+
+def start_watched(
+    group: LocalSidecarGroup, clusters: Mapping[str, str], source_topic: str
+) -> tuple[str, GlobalWatch]:
+    """Start every sidecar of ``group``, wait until all are ready, and follow each data
+    member's ``T-global``. Returns the global topic's name and the watch."""
+    global_topic = naming.global_topic(source_topic)
+    group.start()
+    group.wait_ready(timeout=90)
+    return global_topic, GlobalWatch(clusters, global_topic)
 
 
 def wait_for(

@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from kdsync import naming
 from kdsync.local_group import LocalSidecarGroup
 from tests.integration.sidecar.harness import (
-    GlobalWatch,
     Traffic,
     brief_status,
+    start_watched,
     verify_group,
     wait_for,
 )
@@ -119,10 +118,7 @@ def test_sigterm_during_traffic_exits_cleanly_and_group_stays_consistent(
     source_topic: str,
 ) -> None:
     group = sidecar_group("sigterm", bootstrap, source_topic)
-    global_topic = naming.global_topic(source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    watch = GlobalWatch(bootstrap, global_topic)
+    global_topic, watch = start_watched(group, bootstrap, source_topic)
     traffic = Traffic(bootstrap, source_topic, rate_per_origin=150).start()
     try:
         start = watch.count("m2")

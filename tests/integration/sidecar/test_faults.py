@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import pytest
 
-from kdsync import naming
 from kdsync.local_group import LocalSidecarGroup
 from kdsync.localkafka import LocalKafkaFleet
 from tests.integration.sidecar.conftest import MEMBER_CLUSTERS
@@ -18,6 +17,7 @@ from tests.integration.sidecar.harness import (
     GlobalWatch,
     Traffic,
     brief_status,
+    start_watched,
     verify_group,
     wait_for,
 )
@@ -48,10 +48,7 @@ def test_sidecars_killed_again_and_again(
     """SIGKILL a sidecar mid-traffic, several rounds, a different member each time; each
     comes back and recovers from its own cluster."""
     group = sidecar_group("kill", bootstrap, source_topic)
-    global_topic = naming.global_topic(source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    watch = GlobalWatch(bootstrap, global_topic)
+    global_topic, watch = start_watched(group, bootstrap, source_topic)
     traffic = Traffic(bootstrap, source_topic, rate_per_origin=RATE, big_every=700).start()
     try:
         _grows(watch, group, list(bootstrap), 200, 60)
@@ -76,10 +73,7 @@ def test_broker_restart_during_traffic(
     """One member's broker restarts under traffic; its sidecar rides it out (or restarts
     as a pod would) and the group ends consistent."""
     group = sidecar_group("broker", bootstrap, source_topic)
-    global_topic = naming.global_topic(source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    watch = GlobalWatch(bootstrap, global_topic)
+    global_topic, watch = start_watched(group, bootstrap, source_topic)
     traffic = Traffic(bootstrap, source_topic, rate_per_origin=RATE).start()
     try:
         _grows(watch, group, list(bootstrap), 200, 60)
@@ -98,10 +92,7 @@ def test_member_down_for_a_while_others_continue_then_it_catches_up(
     source_topic: str,
 ) -> None:
     group = sidecar_group("away", bootstrap, source_topic)
-    global_topic = naming.global_topic(source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    watch = GlobalWatch(bootstrap, global_topic)
+    global_topic, watch = start_watched(group, bootstrap, source_topic)
     traffic = Traffic(bootstrap, source_topic, rate_per_origin=RATE).start()
     try:
         _grows(watch, group, list(bootstrap), 100, 60)

@@ -9,12 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from kdsync import naming
 from kdsync.local_group import LocalSidecarGroup
 from tests.integration.sidecar.harness import (
-    GlobalWatch,
     Traffic,
     brief_status,
+    start_watched,
     verify_group,
     wait_for,
 )
@@ -38,10 +37,7 @@ def test_two_regions_with_witness_survive_either_region(
 ) -> None:
     data = {m: bootstrap[m] for m in ("m1", "m2")}
     group = sidecar_group("witness", data, source_topic, witnesses=["w"])
-    global_topic = naming.global_topic(source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    watch = GlobalWatch(data, global_topic)
+    global_topic, watch = start_watched(group, data, source_topic)
     traffic = Traffic(data, source_topic, rate_per_origin=RATE).start()
     try:
         for victim, survivor in (("m1", "m2"), ("m2", "m1")):
@@ -80,10 +76,7 @@ def test_two_regions_without_witness_stop_safely(
 ) -> None:
     data = {m: bootstrap[m] for m in ("m1", "m2")}
     group = sidecar_group("nowitness", data, source_topic)
-    global_topic = naming.global_topic(source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    watch = GlobalWatch(data, global_topic)
+    global_topic, watch = start_watched(group, data, source_topic)
     first = Traffic(data, source_topic, count_per_origin=300).start()
     before = first.join()
     # Quiesce: everything produced so far is delivered in both clusters.
