@@ -10,7 +10,7 @@ import pytest
 
 from kdsync.audit import configmap as cm
 from kdsync.audit.command import main
-from kdsync.audit.reader import java_kafka_options
+from kdsync.audit.kafka_options import java_kafka_options
 from kdsync.audit.session import SparkSetupError, connector_jars, spark_version
 
 
