@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kdsync.audit.checks import Bounds, Facts, all_violations
+from kdsync.audit.checks import (
+    Bounds,
+    Facts,
+    all_violations,
+    bounds_frame,
+    collect_seq_counts,
+    in_range,
+)
 from kdsync.audit.positions import AuditPlan, TopicPlan
 from kdsync.audit.reader import global_events, origin_events
 from kdsync.audit.report import (
@@ -21,6 +31,16 @@ from kdsync.audit.report import (
     build_report,
 )
 from kdsync.audit.state import AuditState, TopicState
+
+LOG = logging.getLogger("kdsync.audit")
+
+
+@contextmanager
+def _phase(name: str) -> Iterator[None]:
+    """Logs how long one Spark phase took (``kdsync audit -v`` shows them)."""
+    started = time.monotonic()
+    yield
+    LOG.info("%s: %.1fs", name, time.monotonic() - started)
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,24 @@ def _bounds(
     highest = max((s.high for s in stats.values()), default=first - 1)
     last = highest if options.to_seq is None else options.to_seq
     return Bounds(plan.topic, first, max(last, first - 1))
+
+
+def _audited_ends(plan: AuditPlan, state: AuditState | None) -> dict[tuple[str, str, int], int]:
+    """Per origin partition, the first origin offset the last clean run had not yet seen
+    replicated below where this run starts (the state's origin offsets)."""
+    if state is None:
+        return {}
+    ends: dict[tuple[str, str, int], int] = {}
+    for topic_plan in plan.topics:
+        previous = state.topics.get(topic_plan.topic)
+        if previous is None:
+            continue
+        for rng in topic_plan.origins:
+            for part in rng.end:
+                offset = previous.origin_offset(rng.member, part)
+                if offset is not None:
+                    ends[(rng.member, topic_plan.topic, part)] = offset
+    return ends
 
 
 def _next_state(
@@ -128,12 +166,13 @@ def run_audit(
     events = global_events(spark, plan.topics, options.min_partitions).persist()
     try:
         origins = origin_events(spark, plan.topics, options.min_partitions)
-        stats_rows = (
-            events.where(F.col("well_formed"))
-            .groupBy("topic", "member")
-            .agg(F.min("seq").alias("low"), F.max("seq").alias("high"))
-            .collect()
-        )
+        with _phase("read every T-global and seq statistics"):
+            stats_rows = (
+                events.where(F.col("well_formed"))
+                .groupBy("topic", "member")
+                .agg(F.min("seq").alias("low"), F.max("seq").alias("high"))
+                .collect()
+            )
         stats: dict[str, dict[str, _Stats]] = {}
         for row in stats_rows:
             stats.setdefault(row["topic"], {})[row["member"]] = _Stats(row["low"], row["high"])
@@ -164,10 +203,14 @@ def run_audit(
                 for rng in p.origins
                 for part in rng.expected
             },
+            audited_ends=_audited_ends(plan, state) if options.from_seq is None else {},
         )
-        found = all_violations(spark, events, origins, facts).persist()
+        with _phase("seq counts per member"):
+            counts = collect_seq_counts(in_range(events, bounds_frame(spark, bounds)), facts)
+        found = all_violations(spark, events, origins, facts, counts).persist()
         try:
-            counts = {r["kind"]: r["count"] for r in found.groupBy("kind").count().collect()}
+            with _phase("read origins and check every event"):
+                kinds = {r["kind"]: r["count"] for r in found.groupBy("kind").count().collect()}
             sample = (
                 found.where(F.col("kind") != UNVERIFIED)
                 .orderBy(F.col("seq").asc_nulls_last(), "kind", "member", "detail")
@@ -176,21 +219,7 @@ def run_audit(
             )
         finally:
             found.unpersist()
-        checked_events = 0
-        if bounds:
-            in_range = events.where(F.col("well_formed")).join(
-                spark.createDataFrame(
-                    [(b.topic, b.from_seq, b.to_seq) for b in bounds],
-                    "topic string, from_seq long, to_seq long",
-                ),
-                "topic",
-            )
-            checked_events = (
-                in_range.where(F.col("seq").between(F.col("from_seq"), F.col("to_seq")))
-                .select("topic", "seq")
-                .distinct()
-                .count()
-            )
+        checked_events = sum(c.seqs for c in counts.values())
         checked = Checked(
             from_seq=min((b.from_seq for b in bounds), default=0),
             to_seq=max((b.to_seq for b in bounds), default=-1),
@@ -203,14 +232,17 @@ def run_audit(
         report = build_report(
             group=plan.group,
             checked=checked,
-            counts=counts,
+            counts=kinds,
             lag=lag,
             violations=violations,
             members=len(plan.data_members),
             started_at=started,
             finished_at=clock(),
         )
-        next_state = _next_state(events, plan, facts, state) if report.passed else None
+        next_state = None
+        if report.passed:
+            with _phase("next incremental state"):
+                next_state = _next_state(events, plan, facts, state)
         return AuditOutcome(report=report, next_state=next_state)
     finally:
         events.unpersist()

@@ -195,6 +195,26 @@ def test_incremental_run_continues_from_the_last_clean_end(
     assert after is not None and after.topics[clean_group.topic].next_seq == 18
 
 
+def test_a_redelivery_of_an_event_audited_earlier_is_a_duplicate(
+    clean_group: ReplicatedGroup, tmp_path: Path
+) -> None:
+    state_file = tmp_path / "state.json"
+    status, first = run(clean_group.config_path, tmp_path, "--state", str(state_file))
+    assert status == 0, first
+    # m2 delivers the event of seq 5 (checked by the first run) again, as seq 12; the
+    # second run does not read seq 5 or its origin record, yet knows the event is old.
+    again = replace(clean_group.delivered[5], seq=12)
+    clean_group.write_global(DAMAGED, [again])
+
+    status, second = run(clean_group.config_path, tmp_path, "--state", str(state_file))
+
+    assert status == 1, second
+    assert second["checked"]["fromSeq"] == 12
+    assert ("duplicate", 12, DAMAGED) in found(second), second["violations"]
+    assert second["counts"]["unverified"] == 0
+    assert "appears again" in second["violations"][0]["detail"]
+
+
 def test_missing_config_exits_2_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
