@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from kdsync.audit.spark_conf import AUDIT_SPARK_CONF
 from kdsync.localkafka.distribution import cache_dir
 
 JARS_ENV = "KDSYNC_SPARK_JARS"
@@ -24,8 +25,10 @@ DEFAULT_SETTINGS: Mapping[str, str] = {
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.enabled": "false",
     "spark.driver.memory": "2g",
-    "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
+    # What every audit session needs (the operator sets these in the SparkApplication):
+    # spark.redaction.regex (spark_conf.REDACTION_REGEX), spark.sql.session.timeZone=UTC.
+    **AUDIT_SPARK_CONF,
 }
 
 

@@ -94,6 +94,7 @@ class LocalKafkaBroker:
         ports: BrokerPorts,
         host: str = "127.0.0.1",
         overrides: Mapping[str, PropertyValue] | None = None,
+        extra_listeners: Mapping[str, str] | None = None,
         heap: str = DEFAULT_HEAP,
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         pid_registry: PidRegistry | None = None,
@@ -105,6 +106,8 @@ class LocalKafkaBroker:
         self.work_dir = work_dir
         self.host = host
         self.overrides: dict[str, PropertyValue] = dict(overrides or {})
+        # Client listeners besides PLAINTEXT: name -> security protocol (see broker_properties).
+        self.extra_listeners: dict[str, str] = dict(extra_listeners or {})
         self.heap = heap
         self.jvm_options = tuple(jvm_options)
         self._pid_registry = pid_registry
@@ -125,6 +128,12 @@ class LocalKafkaBroker:
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self._ports.broker}"
+
+    def listener_address(self, listener: str) -> str:
+        """``host:port`` of an extra listener, e.g. ``listener_address("SSL")``."""
+        if listener not in self.extra_listeners:
+            raise KeyError(f"broker {self.name} has no extra listener {listener!r}")
+        return f"{self.host}:{self._ports.extra_port(listener)}"
 
     @property
     def data_dir(self) -> Path:
@@ -275,7 +284,11 @@ class LocalKafkaBroker:
 
     def _properties(self) -> dict[str, str]:
         return broker_properties(
-            host=self.host, ports=self._ports, data_dir=self.data_dir, overrides=self.overrides
+            host=self.host,
+            ports=self._ports,
+            data_dir=self.data_dir,
+            overrides=self.overrides,
+            extra_listeners=self.extra_listeners,
         )
 
     def _write_properties(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,12 +69,41 @@ RESERVED_PROPERTIES: frozenset[str] = frozenset(
 NODE_ID = 1
 
 
+# Security protocols an extra client listener may speak (Kafka's names).
+LISTENER_PROTOCOLS: frozenset[str] = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
+# Listener names the launcher uses itself.
+_OWN_LISTENERS = frozenset({"PLAINTEXT", "CONTROLLER"})
+
+
 @dataclass(frozen=True)
 class BrokerPorts:
-    """The two listeners of a combined broker+controller node."""
+    """The two listeners of a combined broker+controller node, plus the ports of extra
+    client listeners as ``(listener name, port)`` pairs (e.g. ``(("SSL", 21003),)``)."""
 
     broker: int
     controller: int
+    extra: tuple[tuple[str, int], ...] = ()
+
+    def extra_port(self, listener: str) -> int:
+        for name, port in self.extra:
+            if name == listener:
+                return port
+        raise KeyError(f"no port for listener {listener!r}")
+
+
+def check_extra_listeners(extra_listeners: Mapping[str, str]) -> None:
+    """Raise ValueError unless every extra listener has a usable name and protocol."""
+    for name, protocol in extra_listeners.items():
+        if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name) or name in _OWN_LISTENERS:
+            raise ValueError(
+                f"extra listener {name!r}: use an upper-case name other than "
+                f"{' and '.join(sorted(_OWN_LISTENERS))}, e.g. SSL or CLIENT_TLS"
+            )
+        if protocol not in LISTENER_PROTOCOLS:
+            raise ValueError(
+                f"extra listener {name}: protocol {protocol!r} is not one of "
+                f"{', '.join(sorted(LISTENER_PROTOCOLS))}"
+            )
 
 
 def property_text(value: PropertyValue) -> str:
@@ -89,25 +119,44 @@ def broker_properties(
     ports: BrokerPorts,
     data_dir: Path,
     overrides: Mapping[str, PropertyValue] | None = None,
+    extra_listeners: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """All properties of a one-node combined-mode cluster, overrides applied last."""
+    """All properties of a one-node combined-mode cluster, overrides applied last.
+
+    ``extra_listeners`` (listener name -> security protocol) adds client listeners on the
+    ports ``ports.extra`` names, next to the PLAINTEXT one (which stays the inter-broker
+    listener, the bootstrap address and what the readiness probe uses). Configure them
+    with ``listener.name.<lower-case name>.*`` overrides, e.g.
+    ``listener.name.ssl.ssl.client.auth=required``.
+    """
     reserved = sorted(RESERVED_PROPERTIES.intersection(overrides or {}))
     if reserved:
         raise ValueError(
             f"these broker properties are set by the launcher and cannot be overridden: "
             f"{', '.join(reserved)}"
         )
+    extra = dict(extra_listeners or {})
+    check_extra_listeners(extra)
     broker_endpoint = f"{host}:{ports.broker}"
     controller_endpoint = f"{host}:{ports.controller}"
+    listeners = [f"PLAINTEXT://{broker_endpoint}", f"CONTROLLER://{controller_endpoint}"]
+    protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+    for name, protocol in extra.items():
+        try:
+            port = ports.extra_port(name)
+        except KeyError:
+            raise ValueError(f"extra listener {name} has no port in {ports}") from None
+        listeners.append(f"{name}://{host}:{port}")
+        protocols.append(f"{name}:{protocol}")
     properties: dict[str, str] = {
         "process.roles": "broker,controller",
         "node.id": str(NODE_ID),
         "controller.quorum.bootstrap.servers": controller_endpoint,
         "controller.listener.names": "CONTROLLER",
-        "listeners": f"PLAINTEXT://{broker_endpoint},CONTROLLER://{controller_endpoint}",
-        "advertised.listeners": f"PLAINTEXT://{broker_endpoint},CONTROLLER://{controller_endpoint}",
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(listeners),
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": ",".join(protocols),
         "log.dirs": str(data_dir),
         **FAST_SINGLE_NODE_DEFAULTS,
     }

@@ -42,10 +42,16 @@ DEFAULT_STOP_TIMEOUT = 30.0
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """One cluster of a fleet: its name and broker properties that differ from the default."""
+    """One cluster of a fleet: its name and broker properties that differ from the default.
+
+    ``extra_listeners`` (listener name -> security protocol, e.g. ``{"SSL": "SSL"}``) adds
+    client listeners on ports of their own besides the PLAINTEXT one; configure them with
+    ``listener.name.<name>.*`` overrides (see :func:`kdsync.localkafka.config.broker_properties`).
+    """
 
     name: str
     overrides: Mapping[str, PropertyValue] = field(default_factory=dict)
+    extra_listeners: Mapping[str, str] = field(default_factory=dict)
 
 
 class FleetStartupError(BrokerError):
@@ -221,7 +227,7 @@ class LocalKafkaFleet:
         run_dir.mkdir()
         self._run_dir = run_dir
         registry = PidRegistry(run_dir / "pids")
-        ports = self._allocate(len(self.specs))
+        ports = self._allocate(self.specs)
         for spec, spec_ports in zip(self.specs, ports, strict=True):
             self._brokers[spec.name] = LocalKafkaBroker(
                 spec.name,
@@ -230,6 +236,7 @@ class LocalKafkaFleet:
                 ports=spec_ports,
                 host=self.host,
                 overrides=spec.overrides,
+                extra_listeners=spec.extra_listeners,
                 heap=self.heap,
                 jvm_options=self.jvm_options,
                 pid_registry=registry,
@@ -262,13 +269,24 @@ class LocalKafkaFleet:
                 raise FleetStartupError(message) from failed[0][1]
             # Someone took a port between our check and the broker's bind: new ports.
             pending = [broker for broker, _ in failed]
-            for broker, new_ports in zip(pending, self._allocate(len(pending)), strict=True):
+            wanted = [self._spec(broker.name) for broker in pending]
+            for broker, new_ports in zip(pending, self._allocate(wanted), strict=True):
                 broker.stop()
                 broker.reassign_ports(new_ports)
 
-    def _allocate(self, count: int) -> list[BrokerPorts]:
-        flat = allocate_ports(2 * count, self.host)
-        return [BrokerPorts(flat[2 * i], flat[2 * i + 1]) for i in range(count)]
+    def _spec(self, name: str) -> ClusterSpec:
+        return next(spec for spec in self.specs if spec.name == name)
+
+    def _allocate(self, specs: Sequence[ClusterSpec]) -> list[BrokerPorts]:
+        free = iter(allocate_ports(sum(2 + len(spec.extra_listeners) for spec in specs), self.host))
+        return [
+            BrokerPorts(
+                next(free),
+                next(free),
+                tuple((listener, next(free)) for listener in spec.extra_listeners),
+            )
+            for spec in specs
+        ]
 
     def close(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop every broker (SIGTERM, then SIGKILL after ``timeout``); idempotent."""
