@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdsync.audit.spark_conf import AUDIT_SPARK_CONF
 from kdsync_operator import children
 from kdsync_operator.children import Obj, SecretData
 from kdsync_operator.spec import DEFAULT_SIDECAR_IMAGE, Group
@@ -88,6 +89,10 @@ def application_spec(group: Group) -> Obj:
         "arguments": audit_arguments(group),
         "sparkVersion": checks.spark_version,
         "restartPolicy": {"type": "Never"},
+        # What `kdsync audit` sets in the sessions it starts itself: under spark-submit the
+        # session exists before the audit runs (spark.redaction.regex also hides the
+        # inline client-certificate key that kafka_options passes to Spark's Kafka client).
+        "sparkConf": dict(AUDIT_SPARK_CONF),
         "volumes": volumes,
         "driver": {
             "cores": checks.driver.cores,
@@ -266,7 +271,10 @@ def audit_outcome(
 
     * no checks / no run yet: Unknown (``ChecksDisabled`` / ``NoAuditYet``);
     * running: Unknown ``AuditRunning`` (the previous lastAudit stays);
-    * FAILED / SUBMISSION_FAILED: Unknown ``AuditJobFailed`` (nothing was proved either way);
+    * FAILED / SUBMISSION_FAILED: Unknown ``AuditJobFailed`` (nothing was proved either way),
+      unless the run left a failing report (``finishedAt`` not before its submission): the
+      driver exits 1 on violations, which ends the application FAILED: False
+      ``ViolationsFound``;
     * COMPLETED with a passing report: True ``AuditPassed``;
     * COMPLETED with violations: False ``ViolationsFound``;
     * COMPLETED without a usable report (missing, malformed, other group, older than
@@ -278,7 +286,21 @@ def audit_outcome(
     name = (app or {}).get("metadata", {}).get("name", children.audit_name(group.name))
     if not app or not state:
         return AuditOutcome("Unknown", "NoAuditYet", "no audit run has been submitted yet")
+    submitted = _parse_time(app.get("status", {}).get("lastSubmissionAttemptTime"))
     if state in TERMINAL_FAILED:
+        # The driver exits 1 when it found violations, which the spark-operator records as
+        # FAILED: a failing report written by this very run is its verdict.
+        report, _ = parse_report(report_cm)
+        finished = _parse_time((report or {}).get("finishedAt"))
+        if (
+            report is not None
+            and report.get("group") == group.name
+            and report["passed"] is False
+            and submitted is not None
+            and finished is not None
+            and finished >= submitted
+        ):
+            return _verdict(report, name)
         detail = app.get("status", {}).get("applicationState", {}).get("errorMessage", "")
         message = f"audit run {name} ended {state}" + (f": {detail}" if detail else "")
         return AuditOutcome("Unknown", "AuditJobFailed", message)
@@ -293,12 +315,16 @@ def audit_outcome(
             "ReportMissing",
             f"the report is for group {report.get('group')!r}, not {group.name!r}",
         )
-    submitted = _parse_time(app.get("status", {}).get("lastSubmissionAttemptTime"))
     finished = _parse_time(report.get("finishedAt"))
     if submitted is not None and finished is not None and finished < submitted:
         return AuditOutcome(
             "Unknown", "ReportMissing", f"audit run {name} completed but left no new report"
         )
+    return _verdict(report, name)
+
+
+def _verdict(report: Obj, name: str) -> AuditOutcome:
+    """Consistent and lastAudit from a usable report of run ``name``."""
     violations = int(report.get("violationsTotal") or 0)
     summary = str(report.get("summary") or "")
     last = {

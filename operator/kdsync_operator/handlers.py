@@ -176,9 +176,9 @@ def statefulset_event(
 
 @kopf.on.event("sparkoperator.k8s.io", "v1beta2", "sparkapplications")
 def spark_event(labels: Mapping[str, str], namespace: str | None, logger: Logger, **_: Any) -> None:
-    # Runs of a ScheduledSparkApplication carry the labels of its template. The report
-    # ConfigMap is not watched (that would mean watching every ConfigMap): the job writes
-    # it before its application turns COMPLETED, and the periodic resync covers the rest.
+    # Runs of a ScheduledSparkApplication carry its labels (the spark-operator copies them).
+    # The report ConfigMap is not watched (that would mean watching every ConfigMap): the
+    # job writes it before its application ends, and the periodic resync covers the rest.
     _parent_changed(labels, namespace, logger)
 
 

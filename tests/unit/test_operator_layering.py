@@ -75,3 +75,25 @@ def test_importing_the_pure_modules_loads_no_framework() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_the_operator_never_loads_spark() -> None:
+    """docker/operator.Dockerfile leaves pyspark and py4j out of the operator image: what
+    the operator shares with the audit (kdsync.audit.spark_conf) must not pull them in."""
+    modules = [p.stem for p in sorted(PACKAGE.glob("*.py")) if p.name != "__init__.py"]
+    program = (
+        "import sys\n"
+        + "".join(f"import kdsync_operator.{name}\n" for name in modules)
+        + "assert 'kdsync.audit.spark_conf' in sys.modules, 'the rule checks nothing'\n"
+        + "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={"PYTHONPATH": f"{REPO_ROOT / 'sidecar'}:{REPO_ROOT / 'operator'}"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout

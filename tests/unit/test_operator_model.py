@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kdsync.audit.session import DEFAULT_SETTINGS
+from kdsync.audit.spark_conf import REDACTION_REGEX
 from kdsync.config import parse_config
 from kdsync_operator import audit, children, desired, pki, rollout, status, validation
 from kdsync_operator.spec import Group, SpecProblem
@@ -179,6 +181,13 @@ def test_audit_objects_for_a_one_off_and_a_scheduled_check() -> None:
         "--config", "/etc/kdsync/config.yaml", "--report-configmap", "ns/g-audit-report",
     ]  # fmt: skip
     assert app["spec"]["volumes"][0]["secret"]["secretName"] == "g-audit-config"
+    # Under spark-submit the session exists before the audit runs: the settings the local
+    # `kdsync audit` session gets for correctness and secrecy come with the application.
+    assert app["spec"]["sparkConf"] == {
+        "spark.redaction.regex": REDACTION_REGEX,  # hides the inline client key
+        "spark.sql.session.timeZone": "UTC",
+    }
+    assert app["spec"]["sparkConf"].items() <= DEFAULT_SETTINGS.items()
     config = yaml.safe_load(base64.b64decode(bundle.audit[3]["data"]["config.yaml"]))
     assert parse_config(config, check_files=False).member == "a"  # the first data member
     scheduled = build(make_group(checks={"enabled": True, "schedule": "@hourly"})).audit[-1]
@@ -416,6 +425,22 @@ def report_cm(**fields: Any) -> dict[str, Any]:
         (app_in("RUNNING"), None, ("Unknown", "AuditRunning")),
         (app_in("SUBMISSION_FAILED"), report_cm(), ("Unknown", "AuditJobFailed")),
         (app_in("FAILED"), report_cm(), ("Unknown", "AuditJobFailed")),
+        # The driver exits 1 on violations, so the run ends FAILED with a fresh report.
+        (
+            app_in("FAILED", lastSubmissionAttemptTime="2030-01-01T00:00:00Z"),
+            report_cm(passed=False, violationsTotal=2),
+            ("False", "ViolationsFound"),
+        ),
+        (  # ... but a failing report older than the run is not its verdict
+            app_in("FAILED", lastSubmissionAttemptTime="2030-01-02T00:00:00Z"),
+            report_cm(passed=False, violationsTotal=2),
+            ("Unknown", "AuditJobFailed"),
+        ),
+        (  # ... and a run that failed after a passing report proved nothing
+            app_in("FAILED", lastSubmissionAttemptTime="2030-01-01T00:00:00Z"),
+            report_cm(),
+            ("Unknown", "AuditJobFailed"),
+        ),
         (app_in("COMPLETED"), None, ("Unknown", "ReportMissing")),
         (app_in("COMPLETED"), {"data": {"report.json": "{"}}, ("Unknown", "ReportMissing")),
         (app_in("COMPLETED"), report_cm(group="other"), ("Unknown", "ReportMissing")),

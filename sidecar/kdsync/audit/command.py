@@ -1,21 +1,31 @@
 """``kdsync audit``: check a group's consistency with Spark and report.
 
 Exit status: 0 the group passed, 1 violations were found, 2 the audit could not run (bad
-config or state, unreachable Kafka, Spark or its Kafka connector missing, ConfigMap not
-writable): then one line on stderr says what and how to fix it.
+config or state, TLS settings Spark's Kafka client cannot use, unreachable
+Kafka, Spark or its Kafka connector missing, a Spark job that failed, ConfigMap not
+writable): then one line on stderr says what and how to fix it. A Spark job's failure is
+named by its Java exceptions (e.g. Kafka's ``SslAuthenticationException`` and its cause),
+not by the Py4J call that reported it. Before that, one warning line per member lists the
+Kafka properties that Spark's Kafka client does not get.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors.exceptions.captured import CapturedException
 
 from kdsync.audit.configmap import ConfigMapError, ReportConfigMap
 from kdsync.audit.job import AuditOptions, run_audit
+from kdsync.audit.kafka_options import KafkaOptionsError, java_kafka_options
 from kdsync.audit.positions import DEFAULT_KAFKA_TIMEOUT, KafkaUnreachable, plan_audit
 from kdsync.audit.report import DEFAULT_VIOLATION_CAP, Report
 from kdsync.audit.session import SparkSetupError, audit_session
@@ -26,17 +36,26 @@ from kdsync.audit.state import (
     parse_state,
     write_text_atomically,
 )
-from kdsync.config import ConfigError, load_config
+from kdsync.config import ConfigError, MemberConfig, SidecarConfig, load_config
 
 EXIT_PASSED = 0
 EXIT_VIOLATIONS = 1
 EXIT_CANNOT_RUN = 2
 SHOWN_VIOLATIONS = 10
 DEBUG_ENV = "KDSYNC_AUDIT_DEBUG"
+# How much of a Java exception chain the one line shows.
+JAVA_CAUSES_SHOWN = 3
+JAVA_CAUSE_CHARS = 300
+JAVA_CHAIN_LIMIT = 32
 
 
 class CannotRun(Exception):
     """The audit cannot run; the message is the one line to print."""
+
+
+class SparkJobFailed(Exception):
+    """A Spark job failed (a Java exception); the message is the one line to print, the
+    ``__cause__`` the Python error with the Java stack trace (shown with the debug flag)."""
 
 
 def _non_negative(text: str) -> int:
@@ -106,6 +125,98 @@ def _config_problem(error: ConfigError) -> str:
     return f"bad config {error.source}: {problems}"
 
 
+def check_kafka_options(config: SidecarConfig, err: TextIO) -> None:
+    """Translate every data member's Kafka properties for Spark's (Java) Kafka client now,
+    before anything connects: a ``KafkaOptionsError`` becomes ``CannotRun`` naming the
+    member, and properties the translation leaves out are listed once per member on
+    ``err`` (such a cluster may still be readable, or Spark fails with Kafka's error)."""
+    for member in config.data_members:
+        assert member.kafka is not None
+        try:
+            _, unsupported = java_kafka_options(member.kafka.properties)
+        except KafkaOptionsError as error:
+            raise CannotRun(
+                f"member {member.name}: members[].kafka.properties for Spark's Kafka client: "
+                f"{error}"
+            ) from None
+        if unsupported:
+            print(
+                f"kdsync audit: warning: member {member.name}: not passed to Spark's Kafka "
+                f"client: {', '.join(unsupported)} (librdkafka-only or not translated; see "
+                "docs/audit.md, Kafka security)",
+                file=err,
+            )
+
+
+def _java_throwable(error: BaseException) -> Any | None:
+    """The Java exception behind ``error``: a ``Py4JJavaError``'s, or the origin of one of
+    pyspark's captured exceptions (``AnalysisException``, ``SparkRuntimeException``, ...)."""
+    candidates: tuple[BaseException | None, ...] = (error,)
+    if isinstance(error, CapturedException):  # pyspark raises these from the Py4JJavaError
+        candidates += (error.__cause__, error.__context__)
+    for candidate in candidates:
+        if isinstance(candidate, Py4JJavaError):
+            return candidate.java_exception
+        if isinstance(candidate, CapturedException):
+            origin = getattr(candidate, "_origin", None)
+            if origin is not None:
+                return origin
+    return None
+
+
+def _java_chain(throwable: Any) -> list[tuple[str, str]]:
+    """``(class name, toString())`` of ``throwable`` and its causes, outermost first."""
+    chain: list[tuple[str, str]] = []
+    current = throwable
+    while current is not None and len(chain) < JAVA_CHAIN_LIMIT:
+        chain.append((str(current.getClass().getName()), str(current.toString())))
+        current = current.getCause()
+    return chain
+
+
+def _first_line(text: str) -> str:
+    stripped = text.strip()
+    return stripped.splitlines()[0].strip() if stripped else ""
+
+
+def java_failure(chain: Sequence[tuple[str, str]], members: Sequence[MemberConfig]) -> str:
+    """One line naming the Java exceptions of ``chain`` (from :func:`_java_chain`) that say
+    what happened, and the member if the exceptions name exactly one.
+
+    Wrappers whose message only repeats their cause (``ExecutionException``, Spark's
+    ``Job aborted ...: <cause>``) or is empty are left out; of the rest, at most
+    ``JAVA_CAUSES_SHOWN`` are joined by "caused by" (the first ones and the root).
+    """
+    lines = [_first_line(text) or name for name, text in chain]
+    kept: list[str] = []
+    for index, line in enumerate(lines):
+        following = lines[index + 1] if index + 1 < len(lines) else None
+        if following is not None and (following in line or line == chain[index][0]):
+            continue
+        kept.append(line[:JAVA_CAUSE_CHARS])
+    causes = "; caused by ".join(kept)
+    if len(kept) > JAVA_CAUSES_SHOWN:
+        causes = "; caused by ".join(kept[: JAVA_CAUSES_SHOWN - 1])
+        causes += f"; ...; caused by {kept[-1]}"
+    kafka = any(name.startswith("org.apache.kafka.") for name, _ in chain)
+    what = "Spark's Kafka client failed" if kafka else "Spark failed"
+    text = f"{what}: {causes}"
+    member = _member_named(" ".join(t for _, t in chain), members)
+    return f"member {member}: {text}" if member is not None else text
+
+
+def _member_named(text: str, members: Sequence[MemberConfig]) -> str | None:
+    """The one member whose read (its consumer group ``kdsync-audit-<member>-<8 hex>``,
+    set by the reader) or whose brokers ``text`` mentions; None if none or several."""
+    named = set()
+    for member in members:
+        group = re.escape(f"kdsync-audit-{member.name}-") + r"[0-9a-f]{8}\b"
+        servers = member.kafka.bootstrap_servers.split(",") if member.kafka else []
+        if re.search(group, text) or any(server in text for server in servers):
+            named.add(member.name)
+    return named.pop() if len(named) == 1 else None
+
+
 def print_summary(report: Report, out: TextIO) -> None:
     print(report.summary, file=out)
     for violation in report.violations[:SHOWN_VIOLATIONS]:
@@ -126,6 +237,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise CannotRun(_config_problem(error)) from None
     if args.from_seq is not None and args.to_seq is not None and args.to_seq < args.from_seq:
         raise CannotRun(f"--to-seq {args.to_seq} is below --from-seq {args.from_seq}")
+    check_kafka_options(config, sys.stderr)
     configmap = None
     state: AuditState | None = None
     try:
@@ -161,8 +273,19 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             configmap.write(report_json, state_json)
     except (StateError, KafkaUnreachable, SparkSetupError, ConfigMapError) as error:
         raise CannotRun(str(error)) from None
+    except KafkaOptionsError as error:  # a certificate file changed since check_kafka_options
+        raise CannotRun(f"Kafka properties for Spark's Kafka client: {error}") from None
     except OSError as error:
         raise CannotRun(f"{error.filename or 'file'}: {error.strerror or error}") from None
+    except Exception as error:  # a Spark job that failed midway, e.g. a broker refused it
+        throwable = _java_throwable(error)
+        if throwable is None:
+            raise
+        try:
+            chain = _java_chain(throwable)
+        except Exception:  # the JVM is gone: nothing more to learn than the error itself
+            raise error from None
+        raise SparkJobFailed(java_failure(chain, config.data_members)) from error
     print_summary(outcome.report, out)
     return EXIT_PASSED if outcome.report.passed else EXIT_VIOLATIONS
 
@@ -178,10 +301,13 @@ def main(argv: list[str]) -> int:
     except Exception as error:  # a Spark job that failed midway, e.g. a broker went away
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        if isinstance(error, SparkJobFailed):
+            line = str(error)
+        else:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            line = f"{type(error).__name__}: {first[:300]}"
         print(
-            f"kdsync audit: cannot run: {type(error).__name__}: {first[:300]} "
-            f"(set {DEBUG_ENV}=1 for the traceback)",
+            f"kdsync audit: cannot run: {line} (set {DEBUG_ENV}=1 for the traceback)",
             file=sys.stderr,
         )
         return EXIT_CANNOT_RUN

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kdsync.audit.spark_conf import AUDIT_SPARK_CONF
 from kdsync.config import parse_config
 from tests.integration.operator.conftest import Kube, wait_for
 
@@ -340,6 +341,7 @@ def test_audit_results_set_the_consistent_condition(kube: Kube) -> None:
         "--config", "/etc/kdsync/config.yaml", "--report-configmap", f"{ns}/aud-audit-report",
     ]  # fmt: skip
     assert spec["driver"]["serviceAccount"] == "aud-audit"
+    assert spec["sparkConf"] == dict(AUDIT_SPARK_CONF)  # stored as the operator set it
     assert kube.get("configmap", "aud-audit-report", ns) is not None
     role = kube.get("role", "aud-audit", ns)
     assert role is not None
@@ -420,6 +422,7 @@ def test_scheduled_audit_follows_the_last_run(kube: Kube) -> None:
     )
     assert scheduled["spec"]["schedule"] == "0 */6 * * *"
     assert scheduled["spec"]["template"]["type"] == "Python"
+    assert scheduled["spec"]["template"]["sparkConf"] == dict(AUDIT_SPARK_CONF)
     # What the spark-operator does on schedule: a run with the template, then lastRunName.
     run = {
         "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
