@@ -10,6 +10,7 @@ offsets are dense; the fleet is started for the run and removed afterwards.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 import uuid
@@ -174,8 +175,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--events", type=int, default=10_000_000, help="global events (default 10M)"
     )
-    parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument("--driver-memory", default="10g")
     args = parser.parse_args(argv)
+    # The audit logs how long each of its Spark phases took.
+    logging.basicConfig(level=logging.WARNING, format="[bench-audit] %(message)s")
+    logging.getLogger("kdsync.audit").setLevel(logging.INFO)
     workdir = default_run_root().parent / "bench-audit"
     workdir.mkdir(parents=True, exist_ok=True)
     say(f"starting 3 local Kafka clusters; {args.events:,} events, {4 * args.events:,} records")
@@ -196,7 +200,7 @@ def main(argv: list[str]) -> int:
 
         spark = audit_session(
             "local[2]",
-            {"spark.sql.shuffle.partitions": "16", "spark.driver.memory": args.driver_memory},
+            {"spark.sql.shuffle.partitions": "64", "spark.driver.memory": args.driver_memory},
         )
         started = time.monotonic()
         outcome = run_audit(spark, plan, None, AuditOptions(min_partitions=8))

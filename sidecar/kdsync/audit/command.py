@@ -12,6 +12,7 @@ Kafka properties that Spark's Kafka client does not get.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -116,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_KAFKA_TIMEOUT,
         help=f"seconds to wait for each Kafka cluster (default {DEFAULT_KAFKA_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log how long each Spark phase takes"
     )
     return parser
 
@@ -293,6 +297,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 def main(argv: list[str]) -> int:
     """Run ``kdsync audit`` with ``argv`` (without the program name); return the exit status."""
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        phases = logging.getLogger("kdsync.audit")
+        phases.setLevel(logging.INFO)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("kdsync audit: %(message)s"))
+        phases.addHandler(handler)
     try:
         return _run(args, sys.stdout)
     except CannotRun as error:
