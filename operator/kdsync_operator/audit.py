@@ -338,6 +338,10 @@ def _verdict(report: Obj, name: str) -> AuditOutcome:
     checked = report.get("checked")
     if isinstance(checked, dict):
         last["checkedEvents"] = int(checked.get("events") or 0)
+        # The range as numbers, so tools need not parse the summary.
+        for source, target in (("fromSeq", "fromSeq"), ("toSeq", "toSeq")):
+            if isinstance(checked.get(source), int):
+                last[target] = checked[source]
     if report["passed"]:
         return AuditOutcome("True", "AuditPassed", summary or "the last audit passed", last)
     return AuditOutcome(

@@ -286,6 +286,8 @@ def test_the_audit_report_reaches_the_group_status_through_the_configmap(
         "summary": first["summary"],
         "violationsTotal": 0,
         "checkedEvents": 12,
+        "fromSeq": 0,
+        "toSeq": 11,
         "application": run1,
     }
 
@@ -334,5 +336,7 @@ def test_the_audit_report_reaches_the_group_status_through_the_configmap(
         "summary": second["summary"],
         "violationsTotal": second["violationsTotal"],
         "checkedEvents": 6,
+        "fromSeq": 12,
+        "toSeq": 17,
         "application": run2,
     }
