@@ -291,7 +291,9 @@ def _member_metrics(group: Group) -> dict[str, status.MemberMetrics]:
             continue
         try:
             with urllib.request.urlopen(f"http://{ip}:{HTTP_PORT}/metrics", timeout=2) as r:
-                found[member.name] = status.parse_metrics(r.read().decode("utf-8", "replace"))
+                found[member.name] = status.parse_metrics(
+                    r.read().decode("utf-8", "replace"), member.name
+                )
         except OSError:
             continue
     return found

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from kdsync_operator.audit import AuditOutcome
 from kdsync_operator.rollout import MemberObservation, RolloutPlan
 from kdsync_operator.spec import Group, SpecProblem
@@ -32,23 +34,23 @@ class MemberMetrics:
     lag: int | None = None
 
 
-def parse_metrics(text: str) -> MemberMetrics:
-    """Reads the two gauges from Prometheus text exposition (the largest sample of each)."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name, _, rest = line.partition(" ")
-        base = name.split("{", 1)[0]
-        if base not in ("kdsync_delivered_seq", "kdsync_member_lag"):
-            continue
-        try:
-            value = float(rest.split()[0])
-        except (ValueError, IndexError):
-            continue
-        values[base] = max(values.get(base, value), value)
-    delivered = values.get("kdsync_delivered_seq")
-    lag = values.get("kdsync_member_lag")
+def parse_metrics(text: str, member: str) -> MemberMetrics:
+    """The two gauges from ``member``'s sidecar's Prometheus text exposition.
+
+    ``kdsync_delivered_seq`` is per topic: the highest counts. ``kdsync_member_lag`` is per
+    member, and a leader reports every member's: only ``member``'s own sample counts.
+    """
+    delivered: float | None = None
+    lag: float | None = None
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "kdsync_delivered_seq":
+                    delivered = sample.value if delivered is None else max(delivered, sample.value)
+                elif sample.name == "kdsync_member_lag" and sample.labels.get("member") == member:
+                    lag = sample.value
+    except ValueError:
+        return MemberMetrics()  # not Prometheus text: nothing is known
     return MemberMetrics(
         delivered_seq=None if delivered is None else int(delivered),
         lag=None if lag is None else int(lag),

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 
 from kdsync.audit.session import DEFAULT_SETTINGS
 from kdsync.audit.spark_conf import REDACTION_REGEX
 from kdsync.config import parse_config
+from kdsync.runtime.metrics import SidecarMetrics
 from kdsync_operator import audit, children, desired, pki, rollout, status, validation
 from kdsync_operator.spec import Group, SpecProblem
 
@@ -385,13 +387,18 @@ def test_transitions_become_events() -> None:
     assert changes["Degraded"].warning and not changes["Ready"].warning
 
 
-def test_metrics_hook_parses_prometheus_text() -> None:
-    text = (
-        "# HELP kdsync_delivered_seq x\n# TYPE kdsync_delivered_seq gauge\n"
-        'kdsync_delivered_seq{topic="t"} 41\nkdsync_delivered_seq{topic="u"} 42\n'
-        "kdsync_member_lag 3.0\nother 1\n"
-    )
-    assert status.parse_metrics(text) == status.MemberMetrics(42, 3)
+def test_metrics_hook_reads_what_a_sidecar_exposes() -> None:
+    # The text a leader's sidecar serves: delivered seq per topic, every member's lag.
+    exposed = SidecarMetrics()
+    exposed.delivered_seq.labels("orders").set(41)
+    exposed.delivered_seq.labels("payments").set(42)
+    for member, lag in (("a", 0), ("b", 3), ("w", 7)):
+        exposed.member_lag.labels(member).set(lag)
+    text = generate_latest(exposed.registry).decode()
+    assert status.parse_metrics(text, "a") == status.MemberMetrics(42, 0)
+    assert status.parse_metrics(text, "b") == status.MemberMetrics(42, 3)
+    assert status.parse_metrics("", "a") == status.MemberMetrics(None, None)
+    assert status.parse_metrics("<html>not metrics</html>", "a") == status.MemberMetrics()
     observed = {m: obs(m) for m in ("a", "b", "w")}
     plan = rollout.plan_rollout(dict.fromkeys(observed, "new"), observed)
     st = status.build_status(
