@@ -67,6 +67,28 @@ def under_spark_submit(environ: Mapping[str, str] | None = None) -> bool:
     return "PYSPARK_GATEWAY_PORT" in env
 
 
+# Local Spark logs only errors, from its first line on: setLogLevel comes too late for
+# the start-up chatter, which buries the audit's summary in the demo's output.
+_QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def _quiet_logging(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Settings that start a local Spark with the quiet log4j2 configuration above."""
+    path = cache_dir(environ) / "spark" / "log4j2-audit.properties"
+    if not path.exists() or path.read_text(encoding="utf-8") != _QUIET_LOG4J2:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_QUIET_LOG4J2, encoding="utf-8")
+    return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{path}"}
+
+
 def audit_session(
     master: str | None = None, settings: Mapping[str, str] | None = None
 ) -> SparkSession:
@@ -80,8 +102,12 @@ def audit_session(
             builder = builder.config(key, value)
     else:
         jars = connector_jars()
+        # A local session listens on loopback only (and Spark stops warning that the host
+        # name resolves to it).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.master(master or DEFAULT_MASTER).config("spark.jars", ",".join(jars))
-        for key, value in {**DEFAULT_SETTINGS, **(settings or {})}.items():
+        local = {**DEFAULT_SETTINGS, **_quiet_logging(), **(settings or {})}
+        for key, value in local.items():
             builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
