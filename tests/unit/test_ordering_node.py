@@ -471,6 +471,32 @@ def test_crashed_member_restarts_from_its_recovered_state_and_catches_up() -> No
     assert set(keys) == pump.produced()
 
 
+def test_a_lagging_member_catches_up_while_the_leader_stays_busy() -> None:
+    """The leader reads entries it compacted back from storage for a lagging peer; it must
+    keep them until they are sent, though it applies and compacts new entries in between
+    (it used to drop them at once and ask again, forever, while traffic went on)."""
+    timing = Timing(max_entries_per_append=2, retained_applied=3)
+    pump = Pump(THREE, timing)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    leader = pump.leader()
+    assert leader is not None
+    victim = next(m for m in THREE.members if m != leader)
+    pump.crash(victim)
+    for _ in range(30):
+        pump.produce(leader, 2)
+        pump.tick()
+    pump.start(victim)
+    caught_up = False
+    for _ in range(100):  # steady traffic throughout: the leader commits every tick
+        pump.produce(leader, 2)
+        pump.tick()
+        if len(pump.delivered(victim)) >= 60:
+            caught_up = True
+            break
+    assert caught_up, f"the lagging member never caught up under load\n{pump.describe()}"
+    assert pump.loads_served > 0, "the scenario needs the leader to read entries back"
+
+
 def test_member_restarted_with_unapplied_entries_on_disk_keeps_them() -> None:
     # Entries persisted but not yet applied at the crash come back through
     # RecoveredState.entries; the restarted member applies each exactly once.

@@ -701,8 +701,17 @@ class OrderingNode:
             upto = min(self._durable_applied, floor)
         if upto > self.log.snapshot_index:
             self.log.compact(upto)
-            stale = upto - self.timing.max_entries_per_append
-            for index in [i for i in self._loaded if i <= stale]:
+            span = self.timing.max_entries_per_append
+            stale = upto - span
+            # Entries read back for a lagging peer stay until they are sent (its next
+            # Append starts at next - 1, for prev_term): a busy leader compacts between
+            # the load and the next probe, and must not drop them meanwhile.
+            wanted = [self._next[p] - 1 for p in self._peers] if self.role == Role.LEADER else []
+            for index in [
+                i
+                for i in self._loaded
+                if i <= stale and not any(0 <= i - first <= span for first in wanted)
+            ]:
                 del self._loaded[index]
 
     # ------------------------------------------------------------------ witness handover

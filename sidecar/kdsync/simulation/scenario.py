@@ -86,7 +86,10 @@ def make_scenario(seed: int) -> Scenario:
         topics=topics,
         produce_rate=rng.choice((0.05, 0.15, 0.4)),
         fault_ticks=fault_ticks,
-        settle_ticks=40 * election * (1 + timing.witness_election_factor) + 400,
+        # Catching up takes round trips, each up to max_delay ticks per hop on slow links.
+        settle_ticks=40 * election * (1 + timing.witness_election_factor)
+        + 400
+        + 50 * link.max_delay,
         faults=faults,
         crash_in_ready=rng.choice((0.0, 0.0, 0.01, 0.05)),
         max_batch_events=rng.choice((1, 4, 16)),
