@@ -589,7 +589,7 @@ def seq_counts(ranged: DataFrame, facts: Facts) -> DataFrame:
             F.min(F.when(mine, identity)).alias(f"low_{index}"),
             F.max(F.when(mine, identity)).alias(f"high_{index}"),
         ]
-    per_seq = ranged.groupBy("topic", "seq").agg(F.count(F.lit(1)).alias("records"), *per_member)
+    per_seq = ranged.groupBy("topic", "seq").agg(*per_member)
     totals: list[Column] = []
     for index in range(len(facts.members)):
         n, low, high = F.col(f"n_{index}"), F.col(f"low_{index}"), F.col(f"high_{index}")
