@@ -58,42 +58,37 @@ def test_only_handlers_imports_kopf_or_kubernetes() -> None:
     assert not offenders, "pure operator modules must not import these:\n" + "\n".join(offenders)
 
 
-def test_importing_the_pure_modules_loads_no_framework() -> None:
-    pure = [p.stem for p in sorted(PACKAGE.glob("*.py")) if p.name not in (SHELL, "__init__.py")]
+def _loaded_roots(
+    modules: list[str], roots: tuple[str, ...], timeout: float, check: str = ""
+) -> str:
+    """In a fresh interpreter, import ``kdsync_operator.<m>`` for each of ``modules`` (then
+    run ``check``) and return the sorted loaded modules under ``roots``, as printed."""
     program = (
         "import sys\n"
-        + "".join(f"import kdsync_operator.{name}\n" for name in pure)
-        + f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r}))\n"
+        + "".join(f"import kdsync_operator.{name}\n" for name in modules)
+        + check
+        + f"print(sorted(m for m in sys.modules if m.split('.')[0] in {roots!r}))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", program],
         capture_output=True,
         text=True,
         check=False,
-        timeout=60,
+        timeout=timeout,
         env={"PYTHONPATH": f"{REPO_ROOT / 'sidecar'}:{REPO_ROOT / 'operator'}"},
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]", result.stdout
+    return result.stdout.strip()
+
+
+def test_importing_the_pure_modules_loads_no_framework() -> None:
+    pure = [p.stem for p in sorted(PACKAGE.glob("*.py")) if p.name not in (SHELL, "__init__.py")]
+    assert _loaded_roots(pure, FRAMEWORKS, timeout=60) == "[]"
 
 
 def test_the_operator_never_loads_spark() -> None:
     """docker/operator.Dockerfile leaves pyspark and py4j out of the operator image: what
     the operator shares with the audit (kdsync.audit.spark_conf) must not pull them in."""
     modules = [p.stem for p in sorted(PACKAGE.glob("*.py")) if p.name != "__init__.py"]
-    program = (
-        "import sys\n"
-        + "".join(f"import kdsync_operator.{name}\n" for name in modules)
-        + "assert 'kdsync.audit.spark_conf' in sys.modules, 'the rule checks nothing'\n"
-        + "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", program],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env={"PYTHONPATH": f"{REPO_ROOT / 'sidecar'}:{REPO_ROOT / 'operator'}"},
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]", result.stdout
+    shared = "assert 'kdsync.audit.spark_conf' in sys.modules, 'the rule checks nothing'\n"
+    assert _loaded_roots(modules, ("pyspark", "py4j"), timeout=120, check=shared) == "[]"
