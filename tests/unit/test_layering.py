@@ -302,6 +302,33 @@ def test_importing_the_core_loads_no_io_modules() -> None:
     assert not loaded, f"`import kdsync.ordering` loads I/O modules: {loaded}"
 
 
+def test_config_and_transport_settings_load_no_io_implementation() -> None:
+    """The sidecar config (which the operator imports to validate what it renders) and
+    the transport's addresses, identities and settings load neither asyncio nor the TCP
+    and TLS implementation."""
+    banned = ["asyncio", "kdsync.transport.tcp", "kdsync.transport.tls", "kdsync.runtime"]
+    program = (
+        "import sys\n"
+        "import kdsync.config, kdsync.transport, kdsync.pki\n"
+        "assert 'kdsync.transport.tcp_config' in sys.modules, 'the rule checks nothing'\n"
+        f"banned = {banned!r}\n"
+        "print('\\n'.join(sorted(m for m in sys.modules "
+        "if any(m == b or m.startswith(b + '.') for b in banned))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+        timeout=60,
+        env={"PYTHONPATH": str(SIDECAR)},
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.split()
+    assert not loaded, f"importing the config loads I/O implementation modules: {loaded}"
+
+
 # ---------------------------------------------------------------- the simulator
 
 

@@ -18,8 +18,8 @@ from pydantic.alias_generators import to_camel
 from kdsync import naming
 from kdsync.config.problems import Invalid, Loc, invalid
 from kdsync.ordering import Timing
-from kdsync.transport.tcp import parse_address
-from kdsync.transport.tls import MemberTlsFiles
+from kdsync.transport.address import parse_address
+from kdsync.transport.identity import MemberTlsFiles
 
 # librdkafka properties kdsync sets itself, and why a user must not.
 OWNED_KAFKA_PROPERTIES: Mapping[str, str] = {

@@ -16,7 +16,8 @@ from kdsync.config.sections import (
     check_address,
 )
 from kdsync.ordering import GroupSpec, GroupSpecError, Timing
-from kdsync.transport.tcp import TcpTransportConfig, parse_address
+from kdsync.transport.address import parse_address
+from kdsync.transport.tcp_config import TcpTransportConfig
 
 
 class SidecarConfig(ConfigModel):
