@@ -1,5 +1,8 @@
 """What a config check reports: ``ConfigProblem`` (where, what, fix) and ``ConfigError``.
 
+``ConfigProblem`` is ``kdsync.problems.Problem``, the type the operator reports its spec
+problems with too.
+
 Validators raise ``Invalid`` (one or more problems at paths relative to the field being
 validated); ``kdsync.config.pydantic_errors`` turns those, and pydantic's own errors,
 into ``ConfigProblem`` at full YAML paths written by ``format_path``.
@@ -9,21 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from kdsync.problems import Problem
 
 Loc = tuple[str | int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
-    """One thing wrong with a config: where (YAML path), what, and how to fix it."""
-
-    path: str
-    problem: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.problem}\n    fix: {self.fix}"
+# The sidecar config's problems are kdsync's one problem type, shared with the operator.
+ConfigProblem = Problem
 
 
 class ConfigError(Exception):
@@ -38,7 +34,7 @@ class ConfigError(Exception):
         count = len(self.problems)
         noun = "problem" if count == 1 else "problems"
         lines = [f"{self.source}: {count} {noun}"]
-        lines.extend(f"  {problem}" for problem in self.problems)
+        lines.extend(f"  {problem.paragraph()}" for problem in self.problems)
         return "\n".join(lines)
 
     def __str__(self) -> str:
