@@ -25,7 +25,7 @@ from kdsync.transport.identity import MemberTlsFiles
 OWNED_KAFKA_PROPERTIES: Mapping[str, str] = {
     "bootstrap.servers": "set it with `bootstrapServers` next to `properties`",
     "transactional.id": (
-        "kdsync derives it from the group and member (kdsync-<group>-<member>) so that a "
+        "kdsync derives it from the group and member (kdsync-<group>.<member>) so that a "
         "restarted sidecar fences its zombie predecessor"
     ),
     "enable.idempotence": "kdsync's transactional producer needs idempotence and turns it on",
@@ -34,8 +34,8 @@ OWNED_KAFKA_PROPERTIES: Mapping[str, str] = {
     ),
     "group.id": "kdsync uses the consumer group kdsync-<group>; its offsets move with deliveries",
     "enable.auto.commit": (
-        "kdsync commits source offsets inside its delivery transaction; auto-commit would "
-        "lose or duplicate events"
+        "kdsync commits source offsets only once their events are in T-global (after "
+        "each delivery transaction); auto-commit would move them ahead of T-global"
     ),
 }
 
