@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from kdsync.pki import GroupCa
-from kdsync.transport.tls import member_uri
+from kdsync.transport.identity import member_uri
 from kdsync_operator import children
 from kdsync_operator.spec import Group
 

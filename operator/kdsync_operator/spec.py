@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from kdsync.problems import Problem
+
 API_GROUP = "kdsync.io"
 API_VERSION = "v1alpha1"
 KIND = "KdsyncGroup"
@@ -160,13 +162,6 @@ class Group:
         )
 
 
-@dataclass(frozen=True)
-class SpecProblem:
-    """What is wrong (at which field) and how to fix it; the webhook's answer."""
-
-    field: str
-    problem: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.problem} (fix: {self.fix})"
+# The operator's name for kdsync's one problem type, which the sidecar's config checks
+# report with too (children.config_problems carries theirs over with the spec path).
+SpecProblem = Problem

@@ -8,7 +8,7 @@ For a group ``G`` with member ``M`` replicating topic ``T``:
 | the core's Raft log and hard state | ``kdsync-G.log.internal`` |
 | the delivery ledger snapshot (compacted) | ``kdsync-G.ledger.internal`` |
 | the source consumer group | ``kdsync-G`` |
-| the transactional id of M's ``T-global`` producer | ``kdsync-G-M`` |
+| the transactional id of M's ``T-global`` producer | ``kdsync-G.M`` |
 
 Every member of a group uses the same names in its own Kafka cluster.
 """

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kdsync.transport.base import validate_member_name
-from kdsync.transport.tls import MemberTlsFiles, member_uri
+from kdsync.transport.identity import MemberTlsFiles, member_uri
 
 __all__ = ["GroupCa", "MemberTlsFiles", "make_group_pki"]
 

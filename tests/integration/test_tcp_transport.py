@@ -27,11 +27,11 @@ from kdsync.transport import (
     LinkStatus,
     MemberTlsFiles,
     ReceivedFrame,
-    TcpTransport,
     TcpTransportConfig,
     TransportClosed,
 )
 from kdsync.transport.framing import LENGTH_PREFIX, encode_frame
+from kdsync.transport.tcp import TcpTransport
 from kdsync.transport.tls import client_context
 
 GROUP = "orders"

@@ -21,7 +21,7 @@ from kdsync.config import (
     parse_config,
 )
 from kdsync.ordering import GroupSpec, Timing
-from kdsync.transport.tls import MemberTlsFiles
+from kdsync.transport.identity import MemberTlsFiles
 
 Data = dict[str, Any]
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from kdsync.transport.address import parse_address
 from kdsync.transport.base import FrameTooLarge, PeerAuthenticationError, validate_member_name
 from kdsync.transport.framing import (
     HEADER_BYTES,
@@ -20,8 +21,10 @@ from kdsync.transport.framing import (
     encode_frames,
     read_frame,
 )
-from kdsync.transport.tcp import ExponentialBackoff, TcpTransportConfig, parse_address
-from kdsync.transport.tls import member_from_peercert, member_uri, parse_member_uri
+from kdsync.transport.identity import member_uri, parse_member_uri
+from kdsync.transport.tcp import ExponentialBackoff
+from kdsync.transport.tcp_config import TcpTransportConfig
+from kdsync.transport.tls import member_from_peercert
 
 
 def run_with_reader(

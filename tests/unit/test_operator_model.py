@@ -134,7 +134,7 @@ def test_kafka_properties_from_secret_and_ca_are_resolved() -> None:
     volumes = bundle.members["b"][1]["spec"]["template"]["spec"]["volumes"]
     assert {"key": "root.pem", "path": "ca.crt"} in volumes[-1]["secret"]["items"]
     missing = build(group, {})
-    assert [p.field for p in missing.problems] == ["spec.members[0].kafka.propertiesSecretRef.name"]
+    assert [p.path for p in missing.problems] == ["spec.members[0].kafka.propertiesSecretRef.name"]
 
 
 def test_config_hash_changes_with_the_spec_and_only_then() -> None:
@@ -235,7 +235,7 @@ def test_webhook_problems_name_the_field(override: dict[str, Any], field: str) -
     }
     problems = validation.spec_problems("g", "ns", spec)
     assert problems, override
-    assert any(p.field.startswith(field) for p in problems), problems
+    assert any(p.path.startswith(field) for p in problems), problems
     assert all(p.fix for p in problems)
 
 

@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config_problem(error: ConfigError) -> str:
-    problems = "; ".join(str(p).strip().replace("\n", " ") for p in error.problems)
+    problems = "; ".join(str(p) for p in error.problems)
     return f"bad config {error.source}: {problems}"
 
 

@@ -8,7 +8,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kdsync.runtime.sidecar import Sidecar
-from kdsync.transport.tcp import parse_address
+from kdsync.transport.address import parse_address
 
 
 def build_app(sidecar: Sidecar) -> web.Application:

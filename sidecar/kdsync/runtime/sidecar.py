@@ -38,7 +38,8 @@ from kdsync.ordering import (
 )
 from kdsync.runtime.latency_window import LatencyWindow
 from kdsync.runtime.metrics import SidecarMetrics
-from kdsync.transport import LinkStatus, TcpTransport, TransportClosed
+from kdsync.transport import LinkStatus, TransportClosed
+from kdsync.transport.tcp import TcpTransport
 from kdsync.wire_format import WireFormatError, decode_message, encode_message
 
 log = logging.getLogger(__name__)

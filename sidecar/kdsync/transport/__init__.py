@@ -1,5 +1,10 @@
-"""Peer transports for the ordering group: the interface and the TCP implementation."""
+"""Peer transports for the ordering group: the interface, addresses, identities, settings.
 
+Importing this package loads no asyncio and no ``ssl``: the TCP implementation lives in
+``kdsync.transport.tcp`` (``TcpTransport``, ``ExponentialBackoff``); import it from there.
+"""
+
+from kdsync.transport.address import parse_address
 from kdsync.transport.base import (
     FrameTooLarge,
     LinkStatus,
@@ -10,11 +15,10 @@ from kdsync.transport.base import (
     TransportClosed,
     TransportError,
 )
-from kdsync.transport.tcp import ExponentialBackoff, TcpTransport, TcpTransportConfig
-from kdsync.transport.tls import MemberTlsFiles
+from kdsync.transport.identity import MemberTlsFiles
+from kdsync.transport.tcp_config import TcpTransportConfig
 
 __all__ = [
-    "ExponentialBackoff",
     "FrameTooLarge",
     "LinkStatus",
     "MemberTlsFiles",
@@ -22,8 +26,8 @@ __all__ = [
     "PeerState",
     "PeerTransport",
     "ReceivedFrame",
-    "TcpTransport",
     "TcpTransportConfig",
     "TransportClosed",
     "TransportError",
+    "parse_address",
 ]

@@ -7,9 +7,9 @@ and gets its connection closed.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from collections.abc import Iterable
+from typing import Protocol
 
 from kdsync.transport.base import FrameTooLarge
 
@@ -22,6 +22,12 @@ ABSOLUTE_MAX_FRAME_BYTES = 2**32 - 1
 # Small frames are coalesced into one write (fewer TLS records and syscalls);
 # bigger ones are written as-is to avoid copying them.
 _COALESCE_LIMIT = 64 * 1024
+
+
+class FrameReader(Protocol):
+    """What ``read_frame`` reads from: ``asyncio.StreamReader`` is one."""
+
+    async def readexactly(self, n: int, /) -> bytes: ...
 
 
 def check_frame_size(size: int, max_frame_bytes: int) -> None:
@@ -66,7 +72,7 @@ def encode_frames(payloads: Iterable[bytes]) -> list[bytes]:
     return buffers
 
 
-async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> bytes:
+async def read_frame(reader: FrameReader, max_frame_bytes: int) -> bytes:
     """Read one frame.
 
     Raises FrameTooLarge if the announced length exceeds ``max_frame_bytes`` (before any

@@ -13,42 +13,9 @@ is the member, which the CA vouches for.
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
-from pathlib import Path
 
-from kdsync.transport.base import PeerAuthenticationError, validate_member_name
-
-MEMBER_URI_SCHEME = "kdsync"
-
-
-@dataclass(frozen=True, slots=True)
-class MemberTlsFiles:
-    """PEM files one member needs: the group CA certificate, its own certificate, its key."""
-
-    ca_cert: Path
-    cert: Path
-    key: Path
-
-
-def member_uri(group: str, member: str) -> str:
-    """The SAN URI naming ``member`` of ``group``."""
-    return f"{MEMBER_URI_SCHEME}://{validate_member_name(group)}/{validate_member_name(member)}"
-
-
-def parse_member_uri(uri: str) -> tuple[str, str] | None:
-    """Return ``(group, member)`` for a well-formed member URI, else None."""
-    prefix = f"{MEMBER_URI_SCHEME}://"
-    if not uri.startswith(prefix):
-        return None
-    group, sep, member = uri[len(prefix) :].partition("/")
-    if not sep:
-        return None
-    try:
-        validate_member_name(group)
-        validate_member_name(member)
-    except ValueError:
-        return None
-    return group, member
+from kdsync.transport.base import PeerAuthenticationError
+from kdsync.transport.identity import MemberTlsFiles, parse_member_uri
 
 
 def _base_context(purpose: int, files: MemberTlsFiles) -> ssl.SSLContext:
