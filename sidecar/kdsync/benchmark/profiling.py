@@ -1,0 +1,264 @@
+"""``hack/bench-replication --profile``: where kdsync's sidecars spend their time.
+
+Starts a kdsync group on the given clusters, warms it up, fills every origin with a
+backlog larger than the group can drain in the profiling window, waits until the producers
+are done (so they do not compete for the CPU), and then for ``seconds``, on every sidecar
+at once:
+
+- py-spy records GIL-holding samples with native frames (see
+  :mod:`kdsync.benchmark.profile_analysis`);
+- /proc gives the CPU of each OS thread (librdkafka's own ``rdk:*`` threads vs the Python
+  threads), which py-spy cannot see;
+- a prober times ``GET /healthz`` every 50 ms: it is served by the sidecar's event loop, so
+  its response time is how long the loop was busy with something else (stalls);
+- ``/status`` before and after gives the events each sidecar wrote into its ``T-global``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kdsync.benchmark.children import Child
+from kdsync.benchmark.load import LoadSpec
+from kdsync.benchmark.phases import PhaseSpec, _python_module, run_phase
+from kdsync.benchmark.probe import LatencySummary
+from kdsync.benchmark.procstats import cpu_seconds, thread_cpu_seconds
+from kdsync.benchmark.profile_analysis import parse_raw, summarise, thread_cpu_kinds
+from kdsync.benchmark.systems import KdsyncSystem
+
+RATE = 100  # py-spy samples per second
+_HEALTH_PERIOD = 0.05
+
+
+class PySpyMissing(RuntimeError):
+    pass
+
+
+def find_py_spy() -> str:
+    """The py-spy binary installed with the dev dependencies (or on PATH)."""
+    try:
+        files = importlib.metadata.distribution("py-spy").files or []
+        for file in files:
+            if str(file).endswith("bin/py-spy"):
+                return str(Path(str(file.locate())).resolve())
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    found = shutil.which("py-spy")
+    if found is None:
+        raise PySpyMissing(
+            "py-spy not found: it is a dev dependency (pyproject.toml); run hack/bootstrap"
+        )
+    return found
+
+
+class HealthProber:
+    """Times GET /healthz on each sidecar every 50 ms, in a thread."""
+
+    def __init__(self, addresses: Mapping[str, str]) -> None:
+        self.addresses = dict(addresses)
+        self.samples: dict[str, list[float]] = {name: [] for name in addresses}
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(name,), daemon=True) for name in addresses
+        ]
+
+    def _run(self, name: str) -> None:
+        url = f"http://{self.addresses[name]}/healthz"
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    response.read()
+            except OSError:
+                pass  # a timeout is still a measurement of how long it took
+            self.samples[name].append((time.monotonic() - started) * 1000)
+            self._stop.wait(_HEALTH_PERIOD)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        result: dict[str, Any] = {}
+        for name, samples in self.samples.items():
+            summary = LatencySummary.of(samples)
+            result[name] = {
+                "count": summary.count,
+                "percentiles_ms": summary.percentiles_ms,
+                "max_ms": summary.max_ms,
+                "over_100ms": sum(1 for s in samples if s > 100),
+                "over_500ms": sum(1 for s in samples if s > 500),
+            }
+        return result
+
+
+def _events_out(system: KdsyncSystem) -> dict[str, int]:
+    assert system.group is not None
+    counts: dict[str, int] = {}
+    for name in system.group.members:
+        status = system.group.status(name) or {}
+        counts[name] = int(status.get("eventsOut", 0))
+    return counts
+
+
+def profile_kdsync(
+    clusters: Mapping[str, str],
+    brokers: Mapping[str, int],
+    work_dir: Path,
+    *,
+    event_bytes: int,
+    seconds: float,
+    partitions: int,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    py_spy = find_py_spy()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    topic = f"bench-profile-{int(time.time())}"
+    system = KdsyncSystem(clusters, work_dir / "group", topic, partitions)
+    members = len(clusters)
+    # A backlog the group cannot drain within the window even if it became much faster.
+    backlog = max(50_000, int(seconds * 20_000))
+    report: dict[str, Any] = {
+        "members": members,
+        "event_bytes": event_bytes,
+        "seconds": seconds,
+        "rate_hz": RATE,
+        "backlog_per_origin": backlog,
+    }
+    try:
+        progress(f"profile: kdsync on {members} clusters, {event_bytes}-byte events")
+        system.start(300)
+        warmup = run_phase(
+            system, brokers, PhaseSpec("warmup", 1, event_bytes, 2000), work_dir / "phases"
+        )
+        if not warmup.complete:
+            raise RuntimeError(f"warm-up failed: {warmup.error}")
+        progress(f"  writing a backlog of {backlog:,} events per origin")
+        spec = LoadSpec(tuple(system.origins()), 2, backlog, event_bytes, 0.0)
+        files = [work_dir / f"backlog-{x}.json" for x in ("spec", "result")]
+        files[0].write_text(json.dumps(spec.to_json()))
+        load = Child(
+            _python_module("kdsync.benchmark.load", *map(str, files)),
+            work_dir / "backlog.log",
+            work_dir,
+        )
+        load.wait(600)
+        report["profile"] = _record(system, brokers, py_spy, work_dir, seconds, progress)
+        report["profile"]["backlog_drained"] = all(
+            n >= (2000 + backlog) * members for n in report["profile"]["events_out_end"].values()
+        )
+    finally:
+        system.stop()
+    _print(report, progress)
+    return report
+
+
+def _record(
+    system: KdsyncSystem,
+    brokers: Mapping[str, int],
+    py_spy: str,
+    work_dir: Path,
+    seconds: float,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    assert system.group is not None
+    pids = {name: m.process.pid for name, m in system.group.members.items() if m.process}
+    progress(f"  recording {seconds:.0f}s with py-spy on {len(pids)} sidecars")
+    events_before = _events_out(system)
+    threads_before = {name: thread_cpu_seconds(pid) for name, pid in pids.items()}
+    brokers_before = {name: cpu_seconds(pid) or 0.0 for name, pid in brokers.items()}
+    prober = HealthProber({n: m.http for n, m in system.group.members.items()})
+    prober.start()
+    raw = {name: work_dir / f"py-spy-{name}.txt" for name in pids}
+    spies = {
+        name: subprocess.Popen(
+            [
+                py_spy, "record", "--pid", str(pid), "--duration", str(int(seconds)),
+                "--rate", str(RATE), "--format", "raw", "--output", str(raw[name]),
+                "--threads", "--gil", "--native", "--function",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(work_dir / f"py-spy-{name}.log").open("wb"),
+        )
+        for name, pid in pids.items()
+    }  # fmt: skip
+    started = time.monotonic()
+    for spy in spies.values():
+        spy.wait(timeout=seconds + 120)
+    elapsed = time.monotonic() - started
+    health = prober.stop()
+    threads_after = {name: thread_cpu_seconds(pid) for name, pid in pids.items()}
+    brokers_after = {name: cpu_seconds(pid) or 0.0 for name, pid in brokers.items()}
+    events_after = _events_out(system)
+
+    per_sidecar: dict[str, Any] = {}
+    all_stacks = []
+    for name, pid in pids.items():
+        text = raw[name].read_text() if raw[name].exists() else ""
+        stacks = parse_raw(text)
+        all_stacks += stacks
+        cpu = thread_cpu_kinds(threads_before[name], threads_after[name], pid)
+        events = events_after[name] - events_before[name]
+        total_cpu = sum(cpu.values())
+        per_sidecar[name] = {
+            "cpu_seconds_by_thread_kind": cpu,
+            "cpu_seconds": round(total_cpu, 2),
+            "cores": round(total_cpu / elapsed, 2),
+            "events_written": events,
+            "cpu_us_per_event_written": round(1e6 * total_cpu / events, 1) if events else None,
+            "py_spy": summarise(stacks, elapsed, RATE, limit=12),
+            "py_spy_raw": str(raw[name]),
+        }
+    return {
+        "elapsed_s": round(elapsed, 1),
+        "sidecars": per_sidecar,
+        "all_sidecars": summarise(all_stacks, elapsed, RATE, processes=len(pids), limit=25),
+        "healthz_ms": health,
+        "broker_cpu_seconds": {
+            n: round(brokers_after[n] - brokers_before[n], 2) for n in brokers_before
+        },
+        "events_out_start": events_before,
+        "events_out_end": events_after,
+    }
+
+
+def _print(report: dict[str, Any], progress: Callable[[str], None]) -> None:
+    profile = report.get("profile")
+    if not profile:
+        return
+    drained = profile["backlog_drained"]
+    progress(f"profile over {profile['elapsed_s']}s (backlog drained: {drained})")
+    for name, sidecar in profile["sidecars"].items():
+        progress(
+            f"  {name}: {sidecar['cores']} cores, {sidecar['events_written']:,} events written, "
+            f"{sidecar['cpu_us_per_event_written']} us CPU/event; "
+            f"GIL busy {sidecar['py_spy'].get('gil_busy_percent')}%; "
+            f"threads {sidecar['cpu_seconds_by_thread_kind']}"
+        )
+    summary = profile["all_sidecars"]
+    for title, key in (
+        ("kdsync functions (with the library code they call)", "kdsync_function_with_callees"),
+        ("Python functions by self time", "self_python"),
+        ("leaf frames", "leaf"),
+    ):
+        progress(f"  {title}, % of GIL-holding samples:")
+        for row in summary.get(key, [])[:12]:
+            progress(f"    {row['percent']:5.1f}%  {row['name']}")
+    for name, health in profile["healthz_ms"].items():
+        percentiles = health["percentiles_ms"]
+        progress(
+            f"  /healthz {name}: p50 {percentiles.get('p50', 0):.0f} ms, "
+            f"p99 {percentiles.get('p99', 0):.0f} ms, max {health['max_ms'] or 0:.0f} ms"
+        )
