@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kdsync.benchmark.machine import describe_machine, load_average
 from kdsync.benchmark.report import render
@@ -37,7 +38,7 @@ BROKER_JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 # --quick: the smallest run that still exercises every system and phase (CI).
-QUICK = {
+QUICK: dict[str, Any] = {
     "kdsync_members": (2,),
     "mm2_members": (2,),
     "ceiling_members": 2,

@@ -20,9 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
 from kdsync.benchmark import payload
+from kdsync.benchmark.probe import LatencySummary
 
 # A paced producer releases events in slices of this many seconds.
 _PACE_SLICE = 0.002
@@ -65,16 +66,21 @@ class LoadResult:
     flushed_at: float  # every record acknowledged (acks=all)
     produced: int
     failed: int
+    # From produce() to the origin broker's acknowledgement (acks=all): the part of the
+    # end-to-end latency spent getting into the origin topic, before any replication.
+    origin_ack: LatencySummary
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LoadResult:
-        return cls(**data)
+        return cls(**{**data, "origin_ack": LatencySummary(**data["origin_ack"])})
 
 
-def _producer(bootstrap: str, paced: bool, failures: list[int]) -> Producer:
-    def on_delivery(error: object, _message: object) -> None:
+def _producer(bootstrap: str, paced: bool, failures: list[int], acks: list[float]) -> Producer:
+    def on_delivery(error: object, message: Message) -> None:
         if error is not None:
             failures[0] += 1
+        else:
+            acks.append(time.time() * 1000.0 - message.timestamp()[1])
 
     return Producer(
         {
@@ -100,7 +106,8 @@ def _produce(producer: Producer, topic: str, value: bytes) -> None:
 def run(spec: LoadSpec) -> LoadResult:
     paced = spec.rate_per_origin > 0
     failures = [0]
-    producers = [_producer(o.bootstrap, paced, failures) for o in spec.origins]
+    acks: list[float] = []
+    producers = [_producer(o.bootstrap, paced, failures, acks) for o in spec.origins]
     for producer in producers:
         producer.list_topics(timeout=30)  # connected before the clock starts
     pad = payload.padding(spec.event_bytes)
@@ -131,7 +138,12 @@ def run(spec: LoadSpec) -> LoadResult:
     produced_at = time.time()
     unflushed = sum(producer.flush(120) for producer in producers)
     return LoadResult(
-        started, produced_at, time.time(), produced * len(pairs), failures[0] + unflushed
+        started,
+        produced_at,
+        time.time(),
+        produced * len(pairs),
+        failures[0] + unflushed,
+        LatencySummary.of(acks),
     )
 
 

@@ -59,6 +59,7 @@ class PhaseResult:
     deliveries_per_s: float | None = None
     mb_per_s: float | None = None
     latency: LatencySummary = field(default_factory=LatencySummary)
+    origin_ack: LatencySummary = field(default_factory=LatencySummary)
     cpu_s: dict[str, float] = field(default_factory=dict)
     broker_cpu_s: dict[str, float] = field(default_factory=dict)
     harness_cpu_s: dict[str, float] = field(default_factory=dict)
@@ -217,6 +218,7 @@ def run_phase(
     result.missing = result.expected_deliveries - result.deliveries
     result.local_copies = sum(d.local_copies for d in probe_result.destinations)
     result.latency = probe_result.latency
+    result.origin_ack = load_result.origin_ack
     if result.missing:
         errors.append(f"{result.missing} deliveries missing at the deadline")
     result.error = "; ".join(errors) or None

@@ -155,7 +155,9 @@ def _describe(phase: PhaseResult) -> str:
     state = "ok" if phase.complete else f"FAILED ({phase.error})"
     rate = f"{phase.deliveries_per_s:,.0f} deliveries/s" if phase.deliveries_per_s else "-"
     p99 = phase.latency.percentiles_ms.get("p99")
+    ack = phase.origin_ack.percentiles_ms.get("p99")
     latency = f", p99 {p99:,.0f} ms" if p99 is not None else ""
+    latency += f" (origin ack p99 {ack:,.0f} ms)" if ack is not None else ""
     return (
         f"{phase.deliveries:,} deliveries in {phase.elapsed_s or 0:.1f}s, {rate}{latency}: {state}"
     )
