@@ -3,6 +3,7 @@ the perf tools' output, py-spy profiles, the table's ratios and the command line
 
 from __future__ import annotations
 
+import cProfile
 import re
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from kdsync.benchmark import payload
 from kdsync.benchmark.__main__ import parse_args, settings_from
+from kdsync.benchmark.call_counts import _label, summarise_calls
 from kdsync.benchmark.ceiling import _CONSUMER_ROW, _PRODUCER_SUMMARY
 from kdsync.benchmark.phases import PhaseResult
 from kdsync.benchmark.probe import LatencySummary, percentile
@@ -167,3 +169,24 @@ def test_quick_and_scale_options_shape_the_run() -> None:
     assert scaled.systems == (KDSYNC,) and scaled.cluster_count() == 5
     with pytest.raises(SystemExit):
         parse_args(["--systems", "mm3"])
+
+
+def _per_event_helper(value: int) -> int:
+    return value + 1
+
+
+def test_call_counts_are_divided_by_the_events_written(tmp_path: Path) -> None:
+    profile = cProfile.Profile()
+    profile.enable()
+    for event in range(400):
+        _per_event_helper(event)
+    profile.disable()
+    stats_file = tmp_path / "calls.pstats"
+    profile.dump_stats(str(stats_file))
+    summary = summarise_calls(stats_file, events=200)
+    rows = {r["function"]: r for r in summary["by_own_time"]}
+    helper = next(r for name, r in rows.items() if name.endswith(":_per_event_helper"))
+    assert helper["calls"] == 400 and helper["calls_per_event"] == 2.0
+    node = ("/w/sidecar/kdsync/ordering/node.py", 9, "offer")
+    assert _label(node) == "kdsync/ordering/node.py:offer"
+    assert _label(("/v/lib/python3.11/asyncio/events.py", 1, "run")) == "asyncio/events.py:run"

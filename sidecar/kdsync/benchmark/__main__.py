@@ -27,6 +27,7 @@ from kdsync.localkafka import KafkaNotProvisioned, LocalKafkaFleet, find_distrib
 # not like the fleet's fast-start defaults for tests: the ceiling is part of what we measure.
 # (No -Xms: the fleet also runs its storage tool with these options and a small heap.)
 BROKER_HEAP = "1g"
+BROKER_START_TIMEOUT = 600.0
 BROKER_JVM_OPTIONS = (
     "-server",
     "-XX:+UseG1GC",
@@ -218,13 +219,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"work folder {work_dir}; load average {machine['loadAverageAtStart']}")
     say(f"starting {len(names)} local Kafka clusters")
     exit_code = 0
-    with LocalKafkaFleet(
+    fleet = LocalKafkaFleet(
         names,
         run_root=work_dir / "kafka",
         distribution=kafka,
         heap=BROKER_HEAP,
         jvm_options=BROKER_JVM_OPTIONS,
-    ) as fleet:
+    )
+    # Generous: formatting and starting five JVMs takes minutes on a busy two-core machine.
+    fleet.start(timeout=BROKER_START_TIMEOUT)
+    with fleet:
         clusters = fleet.bootstrap_servers()
         brokers = fleet.pids()
         document: dict[str, object] = {}

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from kdsync.benchmark.call_counts import count_calls
 from kdsync.benchmark.children import Child
 from kdsync.benchmark.load import LoadSpec
 from kdsync.benchmark.phases import PhaseSpec, _python_module, run_phase
@@ -122,6 +123,7 @@ def profile_kdsync(
     seconds: float,
     partitions: int,
     progress: Callable[[str], None],
+    call_count_events: int = 10_000,
 ) -> dict[str, Any]:
     py_spy = find_py_spy()
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -162,6 +164,15 @@ def profile_kdsync(
     finally:
         system.stop()
     _print(report, progress)
+    report["call_counts"] = count_calls(
+        clusters,
+        brokers,
+        work_dir / "calls",
+        event_bytes=event_bytes,
+        events_per_origin=call_count_events,
+        partitions=partitions,
+        progress=progress,
+    )
     return report
 
 

@@ -99,6 +99,7 @@ class KdsyncSystem:
         topic: str,
         partitions: int,
         ordering: Mapping[str, Any] | None = None,
+        group_class: type[LocalSidecarGroup] = LocalSidecarGroup,
     ) -> None:
         self.clusters = dict(clusters)
         self.members = len(self.clusters)
@@ -106,13 +107,14 @@ class KdsyncSystem:
         self.topic = topic
         self.partitions = partitions
         self.ordering = dict(ordering) if ordering else None
+        self.group_class = group_class
         self.group_name = f"bench-{secrets.token_hex(4)}"
         self.group: LocalSidecarGroup | None = None
 
     def start(self, timeout: float) -> None:
         for bootstrap in self.clusters.values():
             create_topic(bootstrap, self.topic, self.partitions)
-        self.group = LocalSidecarGroup(
+        self.group = self.group_class(
             self.group_name,
             self.clusters,
             self.run_dir,
