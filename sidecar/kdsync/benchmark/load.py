@@ -2,9 +2,10 @@
 
 Run as ``python -m kdsync.benchmark.load SPEC.json RESULT.json``. Either as fast as the
 producers accept (``rate`` 0: a throughput phase) or paced at ``rate`` events/s per origin
-(a latency phase; ``linger.ms`` 1 so the producer's own batching adds little to what the
-probe measures). Each record's timestamp is set by librdkafka when ``produce()`` is called,
-which is the origin timestamp the probe measures latency from.
+(a latency phase). Producers are librdkafka's defaults with ``acks=all`` in both cases;
+how long the origin broker took to acknowledge each event is reported next to the
+latency. Each record's timestamp is set by librdkafka when ``produce()`` is called, which
+is the origin timestamp the probe measures latency from.
 
 A process of its own, so that producing does not share a GIL with the probe and its CPU is
 accounted separately from the systems under test.
@@ -75,7 +76,7 @@ class LoadResult:
         return cls(**{**data, "origin_ack": LatencySummary(**data["origin_ack"])})
 
 
-def _producer(bootstrap: str, paced: bool, failures: list[int], acks: list[float]) -> Producer:
+def _producer(bootstrap: str, failures: list[int], acks: list[float]) -> Producer:
     def on_delivery(error: object, message: Message) -> None:
         if error is not None:
             failures[0] += 1
@@ -86,7 +87,7 @@ def _producer(bootstrap: str, paced: bool, failures: list[int], acks: list[float
         {
             "bootstrap.servers": bootstrap,
             "acks": "all",
-            "linger.ms": 1 if paced else 5,
+            "linger.ms": 5,  # librdkafka's default: the same producer for every phase
             "queue.buffering.max.messages": 500_000,
             "queue.buffering.max.kbytes": 512 * 1024,
             "on_delivery": on_delivery,
@@ -107,7 +108,7 @@ def run(spec: LoadSpec) -> LoadResult:
     paced = spec.rate_per_origin > 0
     failures = [0]
     acks: list[float] = []
-    producers = [_producer(o.bootstrap, paced, failures, acks) for o in spec.origins]
+    producers = [_producer(o.bootstrap, failures, acks) for o in spec.origins]
     for producer in producers:
         producer.list_topics(timeout=30)  # connected before the clock starts
     pad = payload.padding(spec.event_bytes)
