@@ -15,8 +15,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-_PYTHON_FRAME = re.compile(r"^(?P<function>.+) \((?P<path>[^()]+\.py):\d+\)$")
-_NATIVE_FRAME = re.compile(r"^(?P<function>.+) \((?P<where>[^()]+)\)$")
+# "<string>" is code made by exec: the __init__/__eq__ that @dataclass generates.
+_PYTHON_FRAME = re.compile(r"^(?P<function>.+) \((?P<path>[^()]+\.py|<string>):\d+\)$")
+_NATIVE_FRAME = re.compile(r"^(?P<function>.+) \((?P<where>[^():]+)(?::\d+)?\)$")
 _THREAD_FRAME = re.compile(r"^thread \((?P<tid>\w+)\): ?(?P<name>.*)$")
 
 

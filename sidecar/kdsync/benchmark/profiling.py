@@ -105,13 +105,21 @@ class HealthProber:
         return result
 
 
-def _events_out(system: KdsyncSystem) -> dict[str, int]:
+def _statuses(system: KdsyncSystem) -> dict[str, dict[str, Any]]:
+    """Every sidecar's /status; a busy event loop may take seconds to answer."""
     assert system.group is not None
-    counts: dict[str, int] = {}
+    found: dict[str, dict[str, Any]] = {}
     for name in system.group.members:
-        status = system.group.status(name) or {}
-        counts[name] = int(status.get("eventsOut", 0))
-    return counts
+        for _ in range(3):
+            status = system.group.status(name, timeout=15)
+            if status is not None:
+                found[name] = status
+                break
+    return found
+
+
+def _events_out(statuses: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    return {name: int(status.get("eventsOut", 0)) for name, status in statuses.items()}
 
 
 def profile_kdsync(
@@ -187,7 +195,8 @@ def _record(
     assert system.group is not None
     pids = {name: m.process.pid for name, m in system.group.members.items() if m.process}
     progress(f"  recording {seconds:.0f}s with py-spy on {len(pids)} sidecars")
-    events_before = _events_out(system)
+    statuses_before = _statuses(system)
+    events_before = _events_out(statuses_before)
     threads_before = {name: thread_cpu_seconds(pid) for name, pid in pids.items()}
     brokers_before = {name: cpu_seconds(pid) or 0.0 for name, pid in brokers.items()}
     prober = HealthProber({n: m.http for n, m in system.group.members.items()})
@@ -212,7 +221,7 @@ def _record(
     health = prober.stop()
     threads_after = {name: thread_cpu_seconds(pid) for name, pid in pids.items()}
     brokers_after = {name: cpu_seconds(pid) or 0.0 for name, pid in brokers.items()}
-    events_after = _events_out(system)
+    events_after = _events_out(_statuses(system))
 
     per_sidecar: dict[str, Any] = {}
     all_stacks = []
@@ -221,9 +230,14 @@ def _record(
         stacks = parse_raw(text)
         all_stacks += stacks
         cpu = thread_cpu_kinds(threads_before[name], threads_after[name], pid)
-        events = events_after[name] - events_before[name]
+        events = (
+            events_after[name] - events_before[name]
+            if name in events_after and name in events_before
+            else 0
+        )
         total_cpu = sum(cpu.values())
         per_sidecar[name] = {
+            "role": statuses_before.get(name, {}).get("role"),
             "cpu_seconds_by_thread_kind": cpu,
             "cpu_seconds": round(total_cpu, 2),
             "cores": round(total_cpu / elapsed, 2),
@@ -242,6 +256,9 @@ def _record(
         },
         "events_out_start": events_before,
         "events_out_end": events_after,
+        "events_written_per_s": round(
+            sum(per_sidecar[n]["events_written"] for n in per_sidecar) / elapsed, 1
+        ),
     }
 
 
@@ -253,7 +270,8 @@ def _print(report: dict[str, Any], progress: Callable[[str], None]) -> None:
     progress(f"profile over {profile['elapsed_s']}s (backlog drained: {drained})")
     for name, sidecar in profile["sidecars"].items():
         progress(
-            f"  {name}: {sidecar['cores']} cores, {sidecar['events_written']:,} events written, "
+            f"  {name} ({sidecar['role']}): {sidecar['cores']} cores, "
+            f"{sidecar['events_written']:,} events written, "
             f"{sidecar['cpu_us_per_event_written']} us CPU/event; "
             f"GIL busy {sidecar['py_spy'].get('gil_busy_percent')}%; "
             f"threads {sidecar['cpu_seconds_by_thread_kind']}"
