@@ -57,7 +57,7 @@ def describe_machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "java": _java_version(),
         "kafka": KAFKA_VERSION,
-        "confluentKafka": confluent_kafka.version()[0],
+        "confluentKafka": str(confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
         "loadAverageAtStart": load_average(),
     }

@@ -75,6 +75,12 @@ class PhaseResult:
         return self.system_cpu_s / (self.deliveries / 1e6)
 
     @property
+    def broker_cpu_s_per_million(self) -> float | None:
+        if not self.deliveries:
+            return None
+        return sum(self.broker_cpu_s.values()) / (self.deliveries / 1e6)
+
+    @property
     def cores_used(self) -> float | None:
         if not self.elapsed_s:
             return None
@@ -84,6 +90,7 @@ class PhaseResult:
         data = asdict(self)
         data["system_cpu_s"] = self.system_cpu_s
         data["cpu_s_per_million_deliveries"] = self.cpu_s_per_million
+        data["broker_cpu_s_per_million_deliveries"] = self.broker_cpu_s_per_million
         data["cores_used"] = self.cores_used
         return data
 

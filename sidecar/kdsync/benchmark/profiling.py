@@ -1,9 +1,9 @@
 """``hack/bench-replication --profile``: where kdsync's sidecars spend their time.
 
-Starts a kdsync group on the given clusters, warms it up, fills every origin with a
-backlog larger than the group can drain in the profiling window, waits until the producers
-are done (so they do not compete for the CPU), and then for ``seconds``, on every sidecar
-at once:
+Starts a kdsync group on the given clusters, warms it up, measures its maximum
+throughput, then offers a steady load at 80% of it (not a burst: a large backlog wedges the
+group today, issue #11) and, once that load is steady, for ``seconds`` on every sidecar at
+once:
 
 - py-spy records GIL-holding samples with native frames (see
   :mod:`kdsync.benchmark.profile_analysis`);
@@ -12,6 +12,8 @@ at once:
 - a prober times ``GET /healthz`` every 50 ms: it is served by the sidecar's event loop, so
   its response time is how long the loop was busy with something else (stalls);
 - ``/status`` before and after gives the events each sidecar wrote into its ``T-global``.
+
+Then :mod:`kdsync.benchmark.call_counts` counts calls per event in a second, smaller run.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from kdsync.benchmark.systems import KdsyncSystem
 
 RATE = 100  # py-spy samples per second
 _HEALTH_PERIOD = 0.05
+_SETTLE_SECONDS = 3.0
 
 
 class PySpyMissing(RuntimeError):
@@ -131,6 +134,8 @@ def profile_kdsync(
     seconds: float,
     partitions: int,
     progress: Callable[[str], None],
+    load_fraction: float = 0.8,
+    measure_events: int = 20_000,
     call_count_events: int = 10_000,
 ) -> dict[str, Any]:
     py_spy = find_py_spy()
@@ -138,37 +143,49 @@ def profile_kdsync(
     topic = f"bench-profile-{int(time.time())}"
     system = KdsyncSystem(clusters, work_dir / "group", topic, partitions)
     members = len(clusters)
-    # A backlog the group cannot drain within the window even if it became much faster.
-    backlog = max(50_000, int(seconds * 20_000))
     report: dict[str, Any] = {
         "members": members,
         "event_bytes": event_bytes,
         "seconds": seconds,
         "rate_hz": RATE,
-        "backlog_per_origin": backlog,
+        "load_fraction": load_fraction,
     }
     try:
         progress(f"profile: kdsync on {members} clusters, {event_bytes}-byte events")
         system.start(300)
-        warmup = run_phase(
-            system, brokers, PhaseSpec("warmup", 1, event_bytes, 2000), work_dir / "phases"
-        )
+        phases = work_dir / "phases"
+        warmup = run_phase(system, brokers, PhaseSpec("warmup", 1, event_bytes, 2000), phases)
         if not warmup.complete:
             raise RuntimeError(f"warm-up failed: {warmup.error}")
-        progress(f"  writing a backlog of {backlog:,} events per origin")
-        spec = LoadSpec(tuple(system.origins()), 2, backlog, event_bytes, 0.0)
-        files = [work_dir / f"backlog-{x}.json" for x in ("spec", "result")]
+        measured = run_phase(
+            system, brokers, PhaseSpec("throughput", 2, event_bytes, measure_events), phases
+        )
+        if not measured.complete or not measured.elapsed_s:
+            raise RuntimeError(f"measuring the maximum failed: {measured.error}")
+        # Sustained, not a burst: a large backlog wedges the group today (issue #11), and a
+        # wedged group's profile says nothing about steady work.
+        rate = load_fraction * measure_events / measured.elapsed_s
+        report["max_events_per_s_per_origin"] = round(measure_events / measured.elapsed_s, 1)
+        report["offered_events_per_s_per_origin"] = round(rate, 1)
+        progress(
+            f"  maximum {measure_events / measured.elapsed_s:,.0f} events/s per origin; "
+            f"offering {rate:,.0f}/s per origin ({load_fraction:.0%}) while recording"
+        )
+        events = int(rate * (seconds + _SETTLE_SECONDS + 5))
+        spec = LoadSpec(tuple(system.origins()), 3, events, event_bytes, rate)
+        files = [work_dir / f"sustained-{x}.json" for x in ("spec", "result")]
         files[0].write_text(json.dumps(spec.to_json()))
         load = Child(
             _python_module("kdsync.benchmark.load", *map(str, files)),
-            work_dir / "backlog.log",
+            work_dir / "sustained.log",
             work_dir,
         )
-        load.wait(600)
+        time.sleep(_SETTLE_SECONDS)  # let the offered load reach a steady state first
         report["profile"] = _record(system, brokers, py_spy, work_dir, seconds, progress)
-        report["profile"]["backlog_drained"] = all(
-            n >= (2000 + backlog) * members for n in report["profile"]["events_out_end"].values()
+        report["profile"]["kept_up"] = (
+            report["profile"]["events_written_per_s"] >= 0.9 * rate * members * members
         )
+        load.wait(seconds + 600)
     finally:
         system.stop()
     _print(report, progress)
@@ -266,8 +283,10 @@ def _print(report: dict[str, Any], progress: Callable[[str], None]) -> None:
     profile = report.get("profile")
     if not profile:
         return
-    drained = profile["backlog_drained"]
-    progress(f"profile over {profile['elapsed_s']}s (backlog drained: {drained})")
+    progress(
+        f"profile over {profile['elapsed_s']}s: {profile['events_written_per_s']:,.0f} events/s "
+        f"written into the T-globals (kept up with the offered load: {profile['kept_up']})"
+    )
     for name, sidecar in profile["sidecars"].items():
         progress(
             f"  {name} ({sidecar['role']}): {sidecar['cores']} cores, "

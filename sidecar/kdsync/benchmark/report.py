@@ -55,6 +55,7 @@ def _p99(phase: PhaseResult | None) -> float | None:
 def system_rows(result: BenchResult, size: int) -> list[list[str]]:
     header = [
         "system", "N", "deliveries/s", "MB/s", "elapsed s", "CPU s per M", "cores",
+        "brokers' CPU s per M",
         "p50/p99/p99.9 ms @25%", "p50/p99/p99.9 ms @50%", "peak RSS MiB (max, sum)", "delivery",
     ]  # fmt: skip
     rows = [header]
@@ -70,6 +71,7 @@ def system_rows(result: BenchResult, size: int) -> list[list[str]]:
                 _num(phase.elapsed_s if phase else None, 1),
                 _num(phase.cpu_s_per_million if phase else None, 1),
                 _num(phase.cores_used if phase else None, 2),
+                _num(phase.broker_cpu_s_per_million if phase else None, 1),
                 _latency(run.phase("latency", size, 0.25)),
                 _latency(run.phase("latency", size, 0.5)),
                 f"{_num(run.peak_rss_bytes / MIB)}, "
@@ -88,6 +90,7 @@ def system_rows(result: BenchResult, size: int) -> list[list[str]]:
                 str(ceiling.clusters),
                 _num(ceiling.ceiling_per_s),
                 _num(ceiling.ceiling_per_s * size / 1e6, 1),
+                "-",
                 "-",
                 "-",
                 "-",
