@@ -4,6 +4,7 @@ the perf tools' output, py-spy profiles, the table's ratios and the command line
 from __future__ import annotations
 
 import cProfile
+import json
 import re
 from pathlib import Path
 
@@ -17,7 +18,15 @@ from kdsync.benchmark.phases import PhaseResult
 from kdsync.benchmark.probe import LatencySummary, percentile
 from kdsync.benchmark.profile_analysis import parse_raw, summarise, thread_cpu_kinds
 from kdsync.benchmark.report import ratio_rows, render
-from kdsync.benchmark.runner import KDSYNC, MM2, MM2_EOS, BenchResult, BenchSettings, SystemRun
+from kdsync.benchmark.runner import (
+    KDSYNC,
+    MM2,
+    MM2_EOS,
+    BenchResult,
+    BenchSettings,
+    SystemRun,
+    result_from_json,
+)
 from kdsync.benchmark.systems import mirrormaker_properties
 from kdsync.localkafka import KAFKA_VERSION
 
@@ -159,6 +168,20 @@ def test_the_table_puts_kdsync_against_each_peer_at_the_same_size() -> None:
     assert rows[1] == ["3", "2.00x", "0.50x", "-", "0.33x", "1.00x", "0.50x", "2.00x"]
     table = render(result)
     assert "exactly once" in table and "== 100-byte events ==" in table
+    # A saved run renders the same table again (hack/bench-replication --render).
+    saved = json.loads(json.dumps(result.to_json()))
+    assert render(result_from_json(saved)) == table
+
+
+def test_an_incomplete_phase_shows_no_rate_and_says_why() -> None:
+    result = BenchResult(BenchSettings(sizes=(100,), load_fractions=(0.5,)))
+    run = _run(KDSYNC, 200.0, 3.0, 50.0)
+    run.phases[0].complete = False
+    run.phases[0].missing = 5000
+    result.systems = [run, _run(MM2_EOS, 100.0, 1.0, 100.0)]
+    table = render(result)
+    assert "INCOMPLETE: throughput phase, 5,000 of 6,000 missing" in table
+    assert ratio_rows(result, 100)[1][1] == "-"
 
 
 def test_quick_and_scale_options_shape_the_run() -> None:

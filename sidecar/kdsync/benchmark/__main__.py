@@ -19,7 +19,12 @@ from typing import Any
 
 from kdsync.benchmark.machine import describe_machine, load_average
 from kdsync.benchmark.report import render
-from kdsync.benchmark.runner import SYSTEM_KINDS, BenchSettings, run_benchmark
+from kdsync.benchmark.runner import (
+    SYSTEM_KINDS,
+    BenchSettings,
+    result_from_json,
+    run_benchmark,
+)
 from kdsync.benchmark.systems import MirrorMakerNotProvisioned, find_mirrormaker
 from kdsync.localkafka import KafkaNotProvisioned, LocalKafkaFleet, find_distribution
 
@@ -160,6 +165,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
     parser.add_argument("--work-dir", type=Path, help="where logs go (default: a new temp folder)")
     parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only print the tables of a saved run (and --markdown them)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="then profile kdsync's sidecars under sustained load with py-spy",
@@ -199,6 +210,12 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        saved = result_from_json(json.loads(args.render.read_text()))
+        print(render(saved))
+        if args.markdown:
+            args.markdown.write_text(render(saved, markdown=True))
+        return 0
     settings = settings_from(args)
     try:
         kafka = find_distribution()

@@ -23,7 +23,7 @@ from typing import Any
 from kdsync.benchmark.children import Child
 from kdsync.benchmark.load import LoadResult, LoadSpec
 from kdsync.benchmark.probe import LatencySummary, ProbeResult, ProbeSpec
-from kdsync.benchmark.procstats import cpu_seconds
+from kdsync.benchmark.procstats import cpu_seconds, run_queue_wait_seconds
 from kdsync.benchmark.systems import ReplicationSystem
 
 _SAMPLE_SECONDS = 0.1
@@ -61,6 +61,8 @@ class PhaseResult:
     latency: LatencySummary = field(default_factory=LatencySummary)
     origin_ack: LatencySummary = field(default_factory=LatencySummary)
     cpu_s: dict[str, float] = field(default_factory=dict)
+    # Seconds the system's processes were runnable but waited for a CPU (busy machine).
+    cpu_wait_s: dict[str, float] = field(default_factory=dict)
     broker_cpu_s: dict[str, float] = field(default_factory=dict)
     harness_cpu_s: dict[str, float] = field(default_factory=dict)
 
@@ -186,7 +188,9 @@ def run_phase(
             return result
         time.sleep(0.05)  # polling for the probe's ready file, with a deadline
 
-    sampler = CpuSampler({**system.processes(), **{f"broker {n}": p for n, p in brokers.items()}})
+    system_pids = system.processes()
+    sampler = CpuSampler({**system_pids, **{f"broker {n}": p for n, p in brokers.items()}})
+    waits_before = {n: run_queue_wait_seconds(p) for n, p in system_pids.items()}
     sampler.start()
     load_spec = LoadSpec(
         tuple(origins),
@@ -209,6 +213,10 @@ def run_phase(
         sampler.stop()
         load.kill()
         probe.kill()
+    for name, pid in system_pids.items():
+        before, after = waits_before[name], run_queue_wait_seconds(pid)
+        if before is not None and after is not None:
+            result.cpu_wait_s[name] = after - before
     result.harness_cpu_s = {"load": load_done.cpu_seconds, "probe": probe_done.cpu_seconds}
     if not load_files[1].exists() or not probe_files[1].exists():
         result.error = f"load or probe wrote no result; see {load.log} and {probe.log}"

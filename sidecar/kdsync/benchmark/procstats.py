@@ -68,6 +68,26 @@ def thread_cpu_seconds(pid: int) -> dict[tuple[int, str], float]:
     return result
 
 
+def run_queue_wait_seconds(pid: int) -> float | None:
+    """How long the threads of ``pid`` were runnable but waiting for a CPU, so far.
+
+    From ``/proc/<pid>/task/*/schedstat`` (second field, nanoseconds): on a shared machine
+    this is the time other tenants took from the process.
+    """
+    task_dir = Path(f"/proc/{pid}/task")
+    try:
+        tasks = list(task_dir.iterdir())
+    except OSError:
+        return None
+    waited = 0
+    for task in tasks:
+        try:
+            waited += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return waited / 1e9
+
+
 class CpuMeter:
     """CPU used by a set of processes between :meth:`start` and :meth:`stop`.
 

@@ -34,7 +34,7 @@ from kdsync.benchmark.children import Child
 from kdsync.benchmark.load import LoadSpec
 from kdsync.benchmark.phases import PhaseSpec, _python_module, run_phase
 from kdsync.benchmark.probe import LatencySummary
-from kdsync.benchmark.procstats import cpu_seconds, thread_cpu_seconds
+from kdsync.benchmark.procstats import cpu_seconds, run_queue_wait_seconds, thread_cpu_seconds
 from kdsync.benchmark.profile_analysis import parse_raw, summarise, thread_cpu_kinds
 from kdsync.benchmark.systems import KdsyncSystem
 
@@ -171,7 +171,8 @@ def profile_kdsync(
             f"  maximum {measure_events / measured.elapsed_s:,.0f} events/s per origin; "
             f"offering {rate:,.0f}/s per origin ({load_fraction:.0%}) while recording"
         )
-        events = int(rate * (seconds + _SETTLE_SECONDS + 5))
+        # More than the window needs (py-spy takes a while to attach); stopped after it.
+        events = int(rate * (seconds + _SETTLE_SECONDS + 120))
         spec = LoadSpec(tuple(system.origins()), 3, events, event_bytes, rate)
         files = [work_dir / f"sustained-{x}.json" for x in ("spec", "result")]
         files[0].write_text(json.dumps(spec.to_json()))
@@ -185,7 +186,7 @@ def profile_kdsync(
         report["profile"]["kept_up"] = (
             report["profile"]["events_written_per_s"] >= 0.9 * rate * members * members
         )
-        load.wait(seconds + 600)
+        load.kill()
     finally:
         system.stop()
     _print(report, progress)
@@ -215,6 +216,7 @@ def _record(
     statuses_before = _statuses(system)
     events_before = _events_out(statuses_before)
     threads_before = {name: thread_cpu_seconds(pid) for name, pid in pids.items()}
+    waits_before = {name: run_queue_wait_seconds(pid) or 0.0 for name, pid in pids.items()}
     brokers_before = {name: cpu_seconds(pid) or 0.0 for name, pid in brokers.items()}
     prober = HealthProber({n: m.http for n, m in system.group.members.items()})
     prober.start()
@@ -237,6 +239,7 @@ def _record(
     elapsed = time.monotonic() - started
     health = prober.stop()
     threads_after = {name: thread_cpu_seconds(pid) for name, pid in pids.items()}
+    waits_after = {name: run_queue_wait_seconds(pid) or 0.0 for name, pid in pids.items()}
     brokers_after = {name: cpu_seconds(pid) or 0.0 for name, pid in brokers.items()}
     events_after = _events_out(_statuses(system))
 
@@ -258,15 +261,17 @@ def _record(
             "cpu_seconds_by_thread_kind": cpu,
             "cpu_seconds": round(total_cpu, 2),
             "cores": round(total_cpu / elapsed, 2),
+            # Runnable but not running: CPU the machine's other tenants took.
+            "waited_for_cpu_seconds": round(waits_after[name] - waits_before[name], 2),
             "events_written": events,
             "cpu_us_per_event_written": round(1e6 * total_cpu / events, 1) if events else None,
-            "py_spy": summarise(stacks, elapsed, RATE, limit=12),
+            "py_spy": summarise(stacks, seconds, RATE, limit=12),
             "py_spy_raw": str(raw[name]),
         }
     return {
         "elapsed_s": round(elapsed, 1),
         "sidecars": per_sidecar,
-        "all_sidecars": summarise(all_stacks, elapsed, RATE, processes=len(pids), limit=25),
+        "all_sidecars": summarise(all_stacks, seconds, RATE, processes=len(pids), limit=25),
         "healthz_ms": health,
         "broker_cpu_seconds": {
             n: round(brokers_after[n] - brokers_before[n], 2) for n in brokers_before
@@ -291,7 +296,8 @@ def _print(report: dict[str, Any], progress: Callable[[str], None]) -> None:
         progress(
             f"  {name} ({sidecar['role']}): {sidecar['cores']} cores, "
             f"{sidecar['events_written']:,} events written, "
-            f"{sidecar['cpu_us_per_event_written']} us CPU/event; "
+            f"{sidecar['cpu_us_per_event_written']} us CPU/event, "
+            f"waited {sidecar['waited_for_cpu_seconds']}s for a CPU; "
             f"GIL busy {sidecar['py_spy'].get('gil_busy_percent')}%; "
             f"threads {sidecar['cpu_seconds_by_thread_kind']}"
         )

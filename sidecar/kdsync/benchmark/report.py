@@ -28,12 +28,20 @@ def _latency(phase: PhaseResult | None) -> str:
     return f"{p['p50']:,.0f} / {p['p99']:,.0f} / {p['p99.9']:,.0f}"
 
 
-def _delivery(run: SystemRun) -> str:
+def _delivery(run: SystemRun, size: int) -> str:
     if run.error:
         return f"FAILED: {run.error[:60]}"
-    measured = [p for p in run.phases if p.kind != "warmup"]
-    missing = sum(p.missing for p in run.phases)
-    duplicates = sum(p.duplicates for p in run.phases)
+    phases = [p for p in run.phases if p.event_bytes == size]
+    measured = [p for p in phases if p.kind != "warmup"]
+    missing = sum(p.missing for p in phases)
+    duplicates = sum(p.duplicates for p in phases)
+    incomplete = [p for p in measured if not p.complete]
+    if incomplete:
+        phase = incomplete[0]
+        return (
+            f"INCOMPLETE: {phase.kind} phase, {phase.missing:,} of "
+            f"{phase.expected_deliveries:,} missing at the deadline"
+        )
     if missing:
         return f"{missing:,} MISSING"
     if duplicates:
@@ -48,8 +56,14 @@ def _efficiency(phase: PhaseResult | None) -> float | None:
     return phase.deliveries / phase.system_cpu_s
 
 
+def _complete(phase: PhaseResult | None) -> PhaseResult | None:
+    return phase if phase is not None and phase.complete else None
+
+
 def _p99(phase: PhaseResult | None) -> float | None:
-    return None if phase is None else phase.latency.percentiles_ms.get("p99")
+    if phase is None or not phase.complete:
+        return None
+    return phase.latency.percentiles_ms.get("p99")
 
 
 def system_rows(result: BenchResult, size: int) -> list[list[str]]:
@@ -61,6 +75,8 @@ def system_rows(result: BenchResult, size: int) -> list[list[str]]:
     rows = [header]
     for run in result.systems:
         phase = run.phase("throughput", size)
+        if phase is not None and not phase.complete:
+            phase = None  # an incomplete phase has no rate; the delivery column says why
         rss = run.memory.values()
         rows.append(
             [
@@ -72,13 +88,13 @@ def system_rows(result: BenchResult, size: int) -> list[list[str]]:
                 _num(phase.cpu_s_per_million if phase else None, 1),
                 _num(phase.cores_used if phase else None, 2),
                 _num(phase.broker_cpu_s_per_million if phase else None, 1),
-                _latency(run.phase("latency", size, 0.25)),
-                _latency(run.phase("latency", size, 0.5)),
+                _latency(_complete(run.phase("latency", size, 0.25))),
+                _latency(_complete(run.phase("latency", size, 0.5))),
                 f"{_num(run.peak_rss_bytes / MIB)}, "
                 f"{_num(sum(m['peak_rss_bytes'] for m in rss) / MIB)}"
                 if run.memory
                 else "-",
-                _delivery(run),
+                _delivery(run, size),
             ]
         )
     ceiling = result.ceiling(size)
@@ -114,13 +130,13 @@ def ratio_rows(result: BenchResult, size: int) -> list[list[str]]:
     for run in result.systems:
         if run.label != KDSYNC:
             continue
-        mine = run.phase("throughput", size)
+        mine = _complete(run.phase("throughput", size))
         mine_rate = mine.deliveries_per_s if mine else None
         others: dict[str, PhaseResult | None] = {}
         p99s: dict[str, float | None] = {}
         for label in (MM2_EOS, MM2):
             other = result.system(label, run.members)
-            others[label] = other.phase("throughput", size) if other else None
+            others[label] = _complete(other.phase("throughput", size)) if other else None
             p99s[label] = _p99(other.phase("latency", size, 0.5)) if other else None
         my_p99 = _p99(run.phase("latency", size, 0.5))
         rows.append(

@@ -13,12 +13,13 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from kdsync.benchmark.ceiling import CeilingResult, run_ceiling
+from kdsync.benchmark.ceiling import CeilingResult, ToolRun, run_ceiling
 from kdsync.benchmark.phases import PhaseResult, PhaseSpec, run_phase
+from kdsync.benchmark.probe import LatencySummary
 from kdsync.benchmark.procstats import memory
 from kdsync.benchmark.systems import (
     KdsyncSystem,
@@ -158,6 +159,8 @@ def _describe(phase: PhaseResult) -> str:
     ack = phase.origin_ack.percentiles_ms.get("p99")
     latency = f", p99 {p99:,.0f} ms" if p99 is not None else ""
     latency += f" (origin ack p99 {ack:,.0f} ms)" if ack is not None else ""
+    waited = sum(phase.cpu_wait_s.values())
+    latency += f"; waited {waited:.1f}s for a CPU" if waited >= 0.05 else ""
     return (
         f"{phase.deliveries:,} deliveries in {phase.elapsed_s or 0:.1f}s, {rate}{latency}: {state}"
     )
@@ -305,4 +308,49 @@ def run_benchmark(
             )
     result.broker_memory = _memory_of({f"broker {n}": p for n, p in brokers.items()})
     result.seconds = time.time() - result.started_at
+    return result
+
+
+def _phase_from_json(data: Mapping[str, Any]) -> PhaseResult:
+    names = {f.name for f in fields(PhaseResult)}
+    values = {k: v for k, v in data.items() if k in names}
+    values["latency"] = LatencySummary(**data["latency"])
+    values["origin_ack"] = LatencySummary(**data["origin_ack"])
+    return PhaseResult(**values)
+
+
+def result_from_json(data: Mapping[str, Any]) -> BenchResult:
+    """A saved run (the JSON ``hack/bench-replication`` writes), to render it again."""
+    saved: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in data["settings"].items()
+    }
+    settings = BenchSettings(**saved)
+    result = BenchResult(
+        settings,
+        ceiling_error=data.get("ceilingError"),
+        broker_memory=data.get("brokerMemory", {}),
+        machine=data.get("machine", {}),
+        command=data.get("command", ""),
+        seconds=data.get("seconds", 0.0),
+    )
+    for system in data["systems"]:
+        run = SystemRun(
+            system["label"],
+            system["members"],
+            system["settings"],
+            [_phase_from_json(p) for p in system["phases"]],
+            system["memory"],
+            system["error"],
+            system["seconds"],
+        )
+        result.systems.append(run)
+    for ceiling in data["ceilings"]:
+        result.ceilings.append(
+            CeilingResult(
+                ceiling["event_bytes"],
+                ceiling["clusters"],
+                [ToolRun(**r) for r in ceiling["produce"]],
+                [ToolRun(**r) for r in ceiling["consume"]],
+            )
+        )
     return result
