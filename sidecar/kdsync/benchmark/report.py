@@ -181,6 +181,8 @@ def render(result: BenchResult, markdown: bool = False) -> str:
     parts: list[str] = []
     for size in result.settings.sizes:
         parts.append(heading(f"{size}-byte events"))
+        if markdown:
+            parts.append("")
         parts.append(table(system_rows(result, size)))
         parts.append("")
         parts.append(table(ratio_rows(result, size)))
