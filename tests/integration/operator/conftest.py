@@ -30,7 +30,6 @@ from tests.support.envtest import LocalControlPlane
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[2]
-VENV_BIN = Path(sys.executable).parent
 WEBHOOK_CONFIG = "kdsync-operator-test.kdsync.io"
 
 
@@ -130,7 +129,7 @@ def operator(
         "KDSYNC_WEBHOOK_MANAGED": WEBHOOK_CONFIG,
     }
     command = [
-        str(VENV_BIN / "kopf"), "run", "--standalone", "--all-namespaces",
+        sys.executable, "-m", "kopf", "run", "--standalone", "--all-namespaces",
         "-m", "kdsync_operator.handlers",
     ]  # fmt: skip
     with log_path.open("wb") as log:
