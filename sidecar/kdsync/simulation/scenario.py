@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from kdsync.driver import DriverLimits
 from kdsync.ordering import GroupSpec, Timing
+from kdsync.simulation.member import SimCosts
 from kdsync.simulation.network import LinkFaults
 
 
@@ -32,6 +34,8 @@ class Scenario:
     max_batch_events: int = 4
     # After healing, these stay down for a while (a minority): the rest must go on.
     minority_down: tuple[str, ...] = ()
+    limits: DriverLimits = field(default_factory=DriverLimits)
+    costs: dict[str, SimCosts] = field(default_factory=dict)  # by member; default: free
 
     def describe(self) -> str:
         witnesses = f" witnesses={sorted(self.group.witnesses)}" if self.group.witnesses else ""
@@ -78,6 +82,23 @@ def make_scenario(seed: int) -> Scenario:
     minority: tuple[str, ...] = ()
     if size >= 3 and rng.random() < 0.5:
         minority = tuple(sorted(rng.sample(names, rng.randint(1, (size - 1) // 2))))
+    # The driver groups deliveries into transactions and trims the durable log, as the
+    # sidecar does, at sizes that make every boundary happen often.
+    limits = DriverLimits(
+        max_events_per_transaction=rng.choice((1, 8, 64, 50_000)),
+        halt_retry_ticks=4,
+        retry_ticks=(1, 8),
+        trim_ticks=rng.choice((5, 25, 100)),
+        trim_margin=4 * timing.retained_applied,
+    )
+    costs = {
+        name: SimCosts(
+            persist_ticks=rng.choice((0, 0, 1, 2)),
+            transaction_ticks=rng.choice((0, 0, 1, 3)),
+            load_ticks=rng.choice((0, 1, 3)),
+        )
+        for name in names
+    }
     return Scenario(
         seed=seed,
         group=group,
@@ -94,6 +115,8 @@ def make_scenario(seed: int) -> Scenario:
         crash_in_ready=rng.choice((0.0, 0.0, 0.01, 0.05)),
         max_batch_events=rng.choice((1, 4, 16)),
         minority_down=minority,
+        limits=limits,
+        costs=costs,
     )
 
 
