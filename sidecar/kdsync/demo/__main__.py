@@ -119,11 +119,11 @@ def read_all(
     origins: dict[str, dict[tuple[int, int], SourceRecord]] = {}
     for name, bootstrap in servers.items():
         follower = TopicFollower(bootstrap, f"{TOPIC}-global")
-        follower.poll(2.0)
+        follower.read_to_end(120)
         follower.close()
         globals_by_member[name] = global_order(follower.records)
         source = TopicFollower(bootstrap, TOPIC)
-        source.poll(2.0)
+        source.read_to_end(120)
         source.close()
         origins[name] = {(p, o): r for p, o, r in source.records}
     return globals_by_member, origins

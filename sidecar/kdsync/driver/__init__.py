@@ -4,7 +4,13 @@ The sidecar (``kdsync.runtime``) and the simulator (``kdsync.simulation``) run t
 ``MemberDriver``; only its ports differ (Kafka and TCP, or seeded simulated ones).
 """
 
-from kdsync.driver.member_driver import DriverLimits, DriverObserver, DriverState, MemberDriver
+from kdsync.driver.member_driver import (
+    FRAMES_PER_TURN,
+    DriverLimits,
+    DriverObserver,
+    DriverState,
+    MemberDriver,
+)
 from kdsync.driver.ports import (
     DeliveryPort,
     DriverPorts,
@@ -16,6 +22,7 @@ from kdsync.driver.ports import (
 )
 
 __all__ = [
+    "FRAMES_PER_TURN",
     "DeliveryPort",
     "DriverLimits",
     "DriverObserver",

@@ -7,9 +7,12 @@ is simulated, not a copy of it.
 
 The rules it keeps (docs/ordering.md, "The driver"):
 
-1. Readys are handled one at a time, in order. A Ready's term, vote and entries are
-   made durable (``LogPort.persist``) before any of its messages is sent, and the next
-   Ready is taken only once that write has completed.
+1. Readys are handled in order. A Ready's term, vote and entries are made durable
+   (``LogPort.persist``) before its messages are sent — except messages that state
+   nothing about what this member stored (``may_precede_persist``: a leader's Appends,
+   pre-votes), which leave at once, so a slow disk never delays a heartbeat. One write
+   is in flight at a time; Readys taken meanwhile are merged into the next write (group
+   commit), and each write's messages and deliveries wait for it.
 2. Deliveries queue as chunks (one per Ready, each with the ledger right after it).
    One transaction at a time writes a run of chunks with the last chunk's ledger. Only
    when it has committed are the entries marked applied (``node.applied``) and the
@@ -29,8 +32,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kdsync.driver.ports import DriverPorts, WriteFailure
-from kdsync.ordering import Delivery, Entry, LedgerState, OrderingNode, OriginBatch, Ready
+from kdsync.ordering import (
+    Delivery,
+    Entry,
+    HardState,
+    LedgerState,
+    NodeEvent,
+    OrderingNode,
+    OriginBatch,
+    Ready,
+    may_precede_persist,
+)
+from kdsync.ordering.messages import Outbound
 from kdsync.wire_format import WireFormatError, decode_message, encode_message
+
+# Frames a shell hands the driver back to back before ticks and timers get a turn: a
+# burst of frames must not starve the heartbeat (the simulator models the same turns).
+FRAMES_PER_TURN = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +82,9 @@ class DriverObserver:
     def offered(self, batch: OriginBatch) -> None:
         pass
 
+    def node_events(self, events: list[NodeEvent]) -> None:
+        pass
+
     def delivered(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
         pass
 
@@ -92,6 +113,37 @@ class _Chunk:
     events: int
 
 
+@dataclass(slots=True)
+class _Write:
+    """One write to the durable log (merged from one or more Readys) and what waits
+    for it: the messages that depend on it and the deliveries after it."""
+
+    hard_state: HardState | None = None
+    truncate_from: int | None = None
+    entries: list[Entry] = field(default_factory=list)
+    number: int = 0  # the last Ready merged in (for node.persisted)
+    messages: list[Outbound] = field(default_factory=list)
+    chunks: list[_Chunk] = field(default_factory=list)
+
+    @property
+    def durable(self) -> bool:
+        return self.hard_state is not None or self.truncate_from is not None
+
+    def merge(self, ready: Ready) -> None:
+        self.number = max(self.number, ready.number)
+        if ready.hard_state is not None:
+            self.hard_state = ready.hard_state
+        start = ready.persist_from
+        if start is None:
+            return
+        if self.truncate_from is None:
+            self.truncate_from, self.entries = start, list(ready.entries)
+        else:
+            # A later Ready rewrites the log from `start`: what we hold from there goes.
+            self.entries = [e for e in self.entries if e.index < start] + ready.entries
+            self.truncate_from = min(self.truncate_from, start)
+
+
 class MemberDriver:
     def __init__(
         self,
@@ -111,7 +163,8 @@ class MemberDriver:
             self.state.delivered_seq = {t: s - 1 for t, s in recovered_ledger.next_seq.items()}
         self.stopping = False  # no new transaction starts once set
         self._ticks = 0
-        self._persisting: Ready | None = None  # its messages wait for the write to complete
+        self._writing_log: _Write | None = None  # in flight
+        self._next_write: _Write | None = None  # gathering Readys while one is in flight
         self._chunks: deque[_Chunk] = deque()
         self._writing: list[_Chunk] | None = None  # the transaction in flight
         self._retry_at = 0  # no transaction starts before this tick
@@ -144,10 +197,15 @@ class MemberDriver:
     # ------------------------------------------------------------------ completions
 
     def log_persisted(self) -> None:
-        ready = self._persisting
-        assert ready is not None, "log_persisted without a write in flight"
-        self._persisting = None
-        self._finish(ready)
+        write = self._writing_log
+        assert write is not None, "log_persisted without a write in flight"
+        self._writing_log = None
+        if write.number:
+            self.node.persisted(write.number)
+        self._release(write)
+        if self._next_write is not None:
+            self._start_write(self._next_write)
+            self._next_write = None
         self._pump()
 
     def log_persist_failed(self, reason: str) -> None:
@@ -222,31 +280,77 @@ class MemberDriver:
         if self.state.fatal:
             return
         self._offer_sources()
-        while self._persisting is None:
+        while True:
             ready = self.node.ready()
             if ready.is_empty():
                 break
-            if self.ports.log is not None and (
-                ready.hard_state is not None or ready.persist_from is not None
-            ):
-                self._persisting = ready
-                self.ports.log.persist(ready.hard_state, ready.entries, ready.persist_from)
-                break
-            self._finish(ready)
+            self._handle(ready)
         self._maybe_write()
 
-    def _finish(self, ready: Ready) -> None:
-        """The durable part of ``ready`` is done: send, load, queue deliveries."""
+    def _handle(self, ready: Ready) -> None:
+        if ready.events:
+            self.observer.node_events(ready.events)
+        log = self.ports.log
+        if ready.loads and log is not None and not self._loading:
+            self._loading = True
+            log.load(ready.loads)
+        pending = self._next_write or self._writing_log
+        durable = log is not None and (
+            ready.hard_state is not None or ready.persist_from is not None
+        )
+        if not durable and pending is None:
+            self._release_ready(ready)
+            return
+        # Something to write, or an earlier write still pending that this Ready's
+        # acknowledgements and deliveries may depend on: they wait for it.
+        if durable:
+            if self._writing_log is None:
+                write = _Write()
+                self._wait_for(write, ready)
+                self._start_write(write)
+                return
+            if self._next_write is None:
+                self._next_write = _Write()
+            pending = self._next_write
+        assert pending is not None
+        self._wait_for(pending, ready)
+
+    def _wait_for(self, write: _Write, ready: Ready) -> None:
+        write.merge(ready)
+        free = ready.hard_state is None
+        frames = self.ports.frames
+        for out in ready.messages:
+            if free and may_precede_persist(out.message):
+                frames.send(out.to, encode_message(out.message))
+            else:
+                write.messages.append(out)
+        if ready.deliveries:
+            write.chunks.append(self._chunk(ready))
+
+    def _start_write(self, write: _Write) -> None:
+        log = self.ports.log
+        assert log is not None
+        self._writing_log = write
+        log.persist(write.hard_state, write.entries, write.truncate_from)
+
+    def _release(self, write: _Write) -> None:
+        frames = self.ports.frames
+        for out in write.messages:
+            frames.send(out.to, encode_message(out.message))
+        self._chunks.extend(write.chunks)
+
+    def _release_ready(self, ready: Ready) -> None:
         frames = self.ports.frames
         for out in ready.messages:
             frames.send(out.to, encode_message(out.message))
-        if ready.loads and self.ports.log is not None and not self._loading:
-            self._loading = True
-            self.ports.log.load(ready.loads)
         if ready.deliveries:
-            assert ready.ledger is not None
-            events = sum(len(d.events) for d in ready.deliveries)
-            self._chunks.append(_Chunk(ready.deliveries, ready.ledger, events))
+            self._chunks.append(self._chunk(ready))
+
+    @staticmethod
+    def _chunk(ready: Ready) -> _Chunk:
+        assert ready.ledger is not None
+        events = sum(len(d.events) for d in ready.deliveries)
+        return _Chunk(ready.deliveries, ready.ledger, events)
 
     def _offer_sources(self) -> None:
         source = self.ports.source

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from kdsync.config import SidecarConfig
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.global_writer import GlobalWriter
 from kdsync.kafka.log_store import LogStore
@@ -31,9 +30,12 @@ class GlobalPartitions:
     same partition everywhere), so an existing topic with another count stops delivery.
     """
 
-    def __init__(self, topics: ClusterTopics, config: SidecarConfig) -> None:
+    def __init__(
+        self, topics: ClusterTopics, global_topic: Callable[[str], str], wanted: int
+    ) -> None:
         self._topics = topics
-        self._config = config
+        self._global_topic = global_topic
+        self._wanted = wanted
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -42,8 +44,8 @@ class GlobalPartitions:
         if count is not None:
             return count
         with self._lock:
-            name = self._config.topics.global_topic(source_topic)
-            wanted = self._config.topics.global_partitions
+            name = self._global_topic(source_topic)
+            wanted = self._wanted
             self._topics.ensure_global(name, wanted)
             existing = self._topics.global_partition_count(name) or wanted
             if existing != wanted:
@@ -69,31 +71,45 @@ class MemberCluster:
         self.log_store.close()
 
 
-def open_member_cluster(config: SidecarConfig, on_batches: Callable[[], None]) -> MemberCluster:
+@dataclass(frozen=True)
+class MemberClusterSettings:
+    """What opening a member's cluster needs from its configuration."""
+
+    properties: Mapping[str, str]  # librdkafka client properties
+    group: str
+    member: str
+    global_topic: Callable[[str], str]  # T -> T-global
+    global_partitions: int
+    selects: Callable[[str], bool]  # which topics are sources
+    max_batch_events: int
+    max_batch_bytes: int
+
+
+def open_member_cluster(
+    settings: MemberClusterSettings, on_batches: Callable[[], None]
+) -> MemberCluster:
     """Create topics, fence older instances, read ledger and log back (blocking)."""
-    kafka = config.own_member.kafka
-    assert kafka is not None, "a witness has no Kafka cluster"
-    properties = kafka.client_properties()
+    properties = settings.properties
     topics = ClusterTopics(properties)
     topics.partitions()  # fail early if unreachable
-    topics.ensure_internal(config.group)
-    partitions = GlobalPartitions(topics, config)
+    topics.ensure_internal(settings.group)
+    partitions = GlobalPartitions(topics, settings.global_topic, settings.global_partitions)
     writer = GlobalWriter(
-        properties, config.group, config.member, config.topics.global_topic, partitions.count
+        properties, settings.group, settings.member, settings.global_topic, partitions.count
     )
     ledger = writer.start()
     reader = SourceReader(
         properties,
-        config.group,
-        config.member,
+        settings.group,
+        settings.member,
         topics,
-        config.topics.selects,
-        ledger.positions_of(config.member),
-        config.ordering.max_batch_events,
-        config.ordering.max_batch_bytes,
+        settings.selects,
+        ledger.positions_of(settings.member),
+        settings.max_batch_events,
+        settings.max_batch_bytes,
         on_batches,
     )
-    log_store = LogStore(properties, config.group, config.member)
+    log_store = LogStore(properties, settings.group, settings.member)
     recovered_log = log_store.recover(ledger.applied_index)
     log.info(
         "recovered: term %d, applied index %d, %d unapplied log entries, %d origin partitions",
@@ -104,4 +120,3 @@ def open_member_cluster(config: SidecarConfig, on_batches: Callable[[], None]) -
     )
     recovered = RecoveredState(recovered_log.hard_state, ledger, recovered_log.entries)
     return MemberCluster(topics, writer, reader, log_store, recovered)
-

@@ -114,6 +114,19 @@ class SidecarMetrics:
             ["peer"],
             registry=r,
         )
+        self.elections = Counter(
+            "kdsync_elections",
+            "Election steps of this member: pre-vote (asked), campaign (pre-vote won), "
+            "leader (won), step-down (left leadership)",
+            ["step"],
+            registry=r,
+        )
+        self.votes_refused = Counter(
+            "kdsync_votes_refused",
+            "(Pre-)votes this member refused because the candidate's log was behind ours "
+            "or a live leader was known",
+            registry=r,
+        )
         self.loop_lag = Histogram(
             "kdsync_event_loop_lag_seconds",
             "How late the sidecar's event loop woke up (a long step on it delays heartbeats)",

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 
 from kdsync.driver import DriverObserver, WriteFailure
-from kdsync.ordering import Delivery, LedgerState, OriginBatch
+from kdsync.ordering import Delivery, LedgerState, NodeEvent, OriginBatch
 from kdsync.runtime.latency_window import LatencyWindow
 from kdsync.runtime.metrics import SidecarMetrics
 from kdsync.wire_format import WireFormatError
@@ -28,6 +28,15 @@ class SidecarObserver(DriverObserver):
 
     def offered(self, batch: OriginBatch) -> None:
         self.metrics.events_in.labels(batch.topic).inc(len(batch.events))
+
+    def node_events(self, events: list[NodeEvent]) -> None:
+        for event in events:
+            # Elections are rare in a healthy group: each one is worth a line, with why.
+            log.info("term %d: %s: %s", event.term, event.kind, event.detail)
+            if event.kind in ("pre-vote", "campaign", "leader", "step-down"):
+                self.metrics.elections.labels(event.kind).inc()
+            elif event.kind == "vote-refused":
+                self.metrics.votes_refused.inc()
 
     def delivered(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
         metrics = self.metrics

@@ -21,10 +21,10 @@ import time
 from typing import Any
 
 from kdsync.config import SidecarConfig
-from kdsync.driver import DriverLimits, DriverPorts, MemberDriver
+from kdsync.driver import FRAMES_PER_TURN, DriverLimits, DriverPorts, MemberDriver
 from kdsync.driver.report import delivery_section, node_section, readiness
 from kdsync.kafka.errors import KafkaShellError
-from kdsync.kafka.member_cluster import MemberCluster, open_member_cluster
+from kdsync.kafka.member_cluster import MemberCluster, MemberClusterSettings, open_member_cluster
 from kdsync.ordering import OrderingNode, Role
 from kdsync.runtime.kafka_ports import KafkaDeliveryPort, KafkaLogPort, KafkaSourcePort
 from kdsync.runtime.latency_window import LatencyWindow
@@ -39,8 +39,6 @@ log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 30.0
 # How often the durable log is trimmed of entries no member needs any more.
 TRIM_SECONDS = 30.0
-# Frames handled back to back before the receive loop yields to ticks and timers.
-FRAMES_PER_TURN = 16
 # How often the event loop's lag is sampled.
 LAG_SAMPLE_SECONDS = 0.1
 
@@ -85,7 +83,7 @@ class Sidecar:
             self.phase = "recovering"
             try:
                 self._cluster = await asyncio.to_thread(
-                    open_member_cluster, config, self._batches_waiting
+                    open_member_cluster, self._cluster_settings(), self._batches_waiting
                 )
             except KafkaShellError as exc:
                 self.phase = "failed"
@@ -164,6 +162,21 @@ class Sidecar:
         await self._close()
         self.phase = "stopped" if code == 0 else "failed"
         return code
+
+    def _cluster_settings(self) -> MemberClusterSettings:
+        config = self.config
+        kafka = config.own_member.kafka
+        assert kafka is not None, "a data member has a Kafka cluster"
+        return MemberClusterSettings(
+            kafka.client_properties(),
+            config.group,
+            config.member,
+            config.topics.global_topic,
+            config.topics.global_partitions,
+            config.topics.selects,
+            config.ordering.max_batch_events,
+            config.ordering.max_batch_bytes,
+        )
 
     async def _let_transaction_finish(self, driver: MemberDriver) -> None:
         driver.stopping = True

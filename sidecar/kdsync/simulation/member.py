@@ -7,11 +7,12 @@ crash may strike while any of them is in flight. An in-flight write may or may n
 become durable when its process died (a transaction committed whose answer was lost is
 the case that matters most), so a crash decides that with the seed, too.
 
-A member also models the process it runs in: frames wait in an inbox and are handled
-within a per-tick work budget (decoding is what costs a real sidecar its CPU), and the
-whole process can stall for a while (a paused VM, a garbage collection, a long step on
-the event loop): ticks that fall in a stall are lost, as the runtime's tick loop loses
-them.
+A member also models the process it runs in, an event loop on a limited CPU: frames wait
+in an inbox and cost work to handle (decoding is what costs a real sidecar its CPU). The
+loop handles them in turns of at most ``frames_per_turn``; a tick fires only when the loop
+is free, so a long turn delays it, and ticks that fall in a busy or stalled stretch are
+lost, as the runtime's tick loop loses them. The whole process can also stall for a
+while (a paused VM, a garbage collection).
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kdsync.driver import DriverLimits, DriverPorts, MemberDriver, SourcePartition
+from kdsync.driver import (
+    FRAMES_PER_TURN,
+    DriverLimits,
+    DriverPorts,
+    MemberDriver,
+    SourcePartition,
+)
 from kdsync.ordering import (
     DeliveredEvent,
     Delivery,
@@ -39,7 +46,9 @@ from kdsync.ordering import (
 from kdsync.simulation.network import SimNetwork
 
 NodeFactory = Callable[[str, GroupSpec, Timing, int, RecoveredState | None], OrderingNode]
-DriverFactory = Callable[[OrderingNode, DriverPorts, DriverLimits, LedgerState | None], MemberDriver]
+DriverFactory = Callable[
+    [OrderingNode, DriverPorts, DriverLimits, LedgerState | None], MemberDriver
+]
 
 
 def production_driver(
@@ -97,7 +106,8 @@ class SimCosts:
     transaction_ticks: int = 0  # fixed cost of one T-global transaction
     events_per_tick: int = 0  # transaction throughput (0: unlimited)
     load_ticks: int = 0  # reading entries back
-    work_per_tick: int = 0  # frame-handling budget per tick (0: unlimited)
+    work_per_tick: int = 0  # CPU per tick, in work units (0: unlimited)
+    frames_per_turn: int = FRAMES_PER_TURN  # frames handled before a tick may fire
     stalls: tuple[tuple[int, int], ...] = ()  # [start, end) ticks the process is frozen
 
 
@@ -140,6 +150,7 @@ class SimMember:
         self.incarnations = 0
         self.now = 0
         self._inbox: deque[tuple[str, bytes]] = deque()
+        self._cpu = 0  # work units left this tick; below zero: a long step runs on
         self._pending: list[_Pending] = []
         self._read: dict[SourcePartition, int] = {}  # the source reader's positions
         self._batches: deque[OriginBatch] = deque()  # the reader's bounded queue
@@ -194,20 +205,26 @@ class SimMember:
         return any(start <= now < end for start, end in self.costs.stalls)
 
     def step(self, now: int) -> None:
-        """One tick of the process: completions, frames (within budget), the tick, reads."""
+        """One tick of the process: completions, the tick, source reads, then frames in
+        turns while CPU is left. A busy loop (a turn that overran) loses the tick."""
         self.now = now
         if self.driver is None or self.stalled(now):
             return
+        budget = self.costs.work_per_tick
+        if budget:
+            self._cpu = min(self._cpu + budget, budget)
+            if self._cpu <= 0:
+                return  # still inside a long step: this tick is lost
         if not self._complete_due(now):
             return
-        self._handle_frames()
         driver = self.driver
-        if driver is None:
-            return
+        assert driver is not None
         driver.tick()
         if not self.is_witness:
             self._read_sources()
             driver.sources_ready()
+        while self._inbox and self.driver is not None and (not budget or self._cpu > 0):
+            self._handle_turn()
 
     def _complete_due(self, now: int) -> bool:
         """Completions whose time has come, in order; False when the member crashed."""
@@ -223,15 +240,14 @@ class SimMember:
                 return False
         return True
 
-    def _handle_frames(self) -> None:
-        budget = self.costs.work_per_tick
-        spent = 0
-        while self._inbox and self.driver is not None:
-            if budget and spent >= budget:
+    def _handle_turn(self) -> None:
+        """Frames back to back, as the runtime's receive loop takes them, up to a turn."""
+        for _ in range(self.costs.frames_per_turn):
+            if not self._inbox or self.driver is None:
                 return
             sender, frame = self._inbox.popleft()
-            # Decoding is the work: about one unit per kilobyte, at least one per frame.
-            spent += 1 + len(frame) // 1024
+            # Decoding is the work: one unit per frame and per ~128 bytes (a few events).
+            self._cpu -= 1 + len(frame) // 128
             self.driver.receive_frame(sender, frame)
 
     def _read_sources(self) -> None:

@@ -8,7 +8,6 @@ import random
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True, slots=True)
 class LinkFaults:
     max_delay: int = 2  # ticks; a random delay in [0, max_delay]

@@ -73,7 +73,9 @@ def run_scenario(
     def produce(at: list[SimMember]) -> None:
         for member in at:
             for (topic, partition), events in member.kafka.sources.items():
-                if rng.random() < scenario.produce_rate:
+                if rng.random() >= scenario.produce_rate:
+                    continue
+                for _ in range(scenario.burst):
                     key = (member.name, topic, partition)
                     offset = next_offset[key]
                     # Offsets skip now and then, as transaction markers make them do.

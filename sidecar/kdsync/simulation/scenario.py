@@ -36,11 +36,13 @@ class Scenario:
     minority_down: tuple[str, ...] = ()
     limits: DriverLimits = field(default_factory=DriverLimits)
     costs: dict[str, SimCosts] = field(default_factory=dict)  # by member; default: free
+    burst: int = 1  # events per source partition each time one is produced
+    shape: str = "faults"  # or "overload"
 
     def describe(self) -> str:
         witnesses = f" witnesses={sorted(self.group.witnesses)}" if self.group.witnesses else ""
         return (
-            f"seed={self.seed} members={len(self.group.members)}{witnesses} "
+            f"seed={self.seed} {self.shape} members={len(self.group.members)}{witnesses} "
             f"faults={len(self.faults)} down-after={list(self.minority_down)} "
             f"drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
             f"reorder={self.link.reorder:.2f} delay<={self.link.max_delay}"
@@ -48,15 +50,30 @@ class Scenario:
 
 
 def make_scenario(seed: int) -> Scenario:
+    """Three in four scenarios stress faults (crashes, partitions, a bad network); one in
+    four stresses load: a burst far above what the members can write, slow transactions,
+    frame handling within a CPU budget and a member whose process stalls."""
     rng = random.Random(seed)
-    size = rng.choice((2, 3, 3, 3, 5, 5, 7))
+    if rng.random() < 0.25:
+        return _overload_scenario(seed, rng)
+    return _fault_scenario(seed, rng)
+
+
+def _group(rng: random.Random, sizes: tuple[int, ...]) -> GroupSpec:
+    size = rng.choice(sizes)
     names = tuple(f"m{i}" for i in range(size))
     witnesses: frozenset[str] = frozenset()
     if size == 3 and rng.random() < 0.4:
         witnesses = frozenset({names[-1]})  # the two-regions-plus-witness deployment
     elif size >= 5 and rng.random() < 0.3:
         witnesses = frozenset(names[-rng.randint(1, 2) :])
-    group = GroupSpec(names, witnesses)
+    return GroupSpec(names, witnesses)
+
+
+def _fault_scenario(seed: int, rng: random.Random) -> Scenario:
+    group = _group(rng, (2, 3, 3, 3, 5, 5, 7))
+    names = group.members
+    size = len(names)
     link = LinkFaults(
         max_delay=rng.choice((0, 1, 2, 4)),
         drop=rng.choice((0.0, 0.0, 0.02, 0.1, 0.25)),
@@ -74,7 +91,11 @@ def make_scenario(seed: int) -> Scenario:
         max_entries_per_append=rng.choice((2, 8, 64)),
         max_uncommitted=rng.choice((16, 256)),
         max_outbox=rng.choice((4, 32, 256)),
+        max_forward=rng.choice((1, 4, 16)),
+        max_unapplied=rng.choice((4, 64, 1024)),
+        max_apply_bytes=rng.choice((1, 2000, 1 << 26)),
         retained_applied=rng.choice((0, 3, 50)),
+        witness_retained_bytes=rng.choice((0, 3000, 1 << 28)),
     )
     topics = tuple((f"t{i}", rng.randint(1, 2)) for i in range(rng.randint(1, 2)))
     fault_ticks = rng.randint(60, 240)
@@ -117,6 +138,93 @@ def make_scenario(seed: int) -> Scenario:
         minority_down=minority,
         limits=limits,
         costs=costs,
+    )
+
+
+def _overload_scenario(seed: int, rng: random.Random) -> Scenario:
+    group = _group(rng, (2, 3, 3, 5))
+    names = group.members
+    data = group.data_members
+    link = LinkFaults(
+        max_delay=rng.choice((0, 1, 2)),
+        drop=rng.choice((0.0, 0.0, 0.01)),
+        duplicate=0.0,
+        reorder=rng.choice((0.0, 0.01)),
+    )
+    election = rng.randint(6 + 2 * link.max_delay, 12 + 2 * link.max_delay)
+    timing = Timing(
+        heartbeat_ticks=1,
+        election_ticks=election,
+        witness_election_factor=rng.choice((1, 2)),
+        resend_ticks=election * rng.randint(2, 3),
+        max_entries_per_append=rng.choice((8, 64)),
+        max_uncommitted=rng.choice((16, 256)),
+        max_outbox=rng.choice((64, 256)),
+        max_forward=rng.choice((2, 8, 16)),
+        max_unapplied=rng.choice((8, 32, 128)),
+        max_apply_bytes=rng.choice((5000, 50_000)),
+        retained_applied=rng.choice((3, 50)),
+    )
+    topics = (("t0", rng.randint(1, 3)),)
+    burst_ticks = rng.randint(30, 70)
+    burst = rng.randint(2, 8)  # events per source partition per tick while bursting
+    # Transactions cost a fixed round trip plus time per event; one member is slower.
+    slow = rng.choice(data)
+    # Busy brokers: acknowledging a write (a vote, a term, entries) can take longer than
+    # an election timeout, so a round of votes outlasts the timeout that started it.
+    persist = rng.choice((0, 1, 2, election // 2, election, 2 * election))
+    costs: dict[str, SimCosts] = {}
+    for name in names:
+        rate = rng.randint(2, 4) if name == slow else rng.randint(6, 30)
+        stalls: tuple[tuple[int, int], ...] = ()
+        if rng.random() < 0.5:
+            begin = rng.randint(5, burst_ticks)
+            stalls = ((begin, begin + rng.randint(2, 6) * election),)
+        costs[name] = SimCosts(
+            persist_ticks=rng.randint(persist // 2, persist),
+            transaction_ticks=rng.randint(1, 4),
+            events_per_tick=rate,
+            load_ticks=rng.randint(1, 3),
+            work_per_tick=rng.choice((30, 60, 200)),
+            stalls=stalls,
+        )
+    partitions = topics[0][1]
+    events = burst * burst_ticks * partitions * len(data)
+    slowest = min(costs[n].events_per_tick for n in data)
+    limits = DriverLimits(
+        max_events_per_transaction=rng.choice((16, 64, 256)),
+        halt_retry_ticks=4,
+        retry_ticks=(1, 8),
+        trim_ticks=25,
+        trim_margin=4 * timing.retained_applied,
+    )
+    faults: tuple[Fault, ...] = ()
+    if rng.random() < 0.3:
+        victim = rng.choice(names)
+        at = rng.randint(10, burst_ticks)
+        faults = (
+            Fault(at, "crash", (victim,)),
+            Fault(at + rng.randint(5, 30), "restart", (victim,)),
+        )
+    return Scenario(
+        seed=seed,
+        group=group,
+        timing=timing,
+        link=link,
+        topics=topics,
+        produce_rate=1.0,
+        burst=burst,
+        fault_ticks=burst_ticks,
+        # Everything must arrive within a few times what the slowest member needs to
+        # write it, plus elections: a wedged group never does.
+        settle_ticks=3 * events // slowest
+        + 60 * election * (1 + timing.witness_election_factor)
+        + 400,
+        faults=faults,
+        max_batch_events=rng.choice((4, 16)),
+        limits=limits,
+        costs=costs,
+        shape="overload",
     )
 
 
