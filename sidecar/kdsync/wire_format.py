@@ -140,6 +140,16 @@ class WireFormatError(ValueError):
 
 
 def _put_batch(parts: list[bytes], batch: OriginBatch) -> None:
+    encoded = batch._encoded
+    if encoded is None:
+        fresh: list[bytes] = []
+        _encode_batch(fresh, batch)
+        encoded = b"".join(fresh)
+        object.__setattr__(batch, "_encoded", encoded)
+    parts.append(encoded)
+
+
+def _encode_batch(parts: list[bytes], batch: OriginBatch) -> None:
     append = parts.append
     origin = batch.origin.encode()
     topic = batch.topic.encode()
@@ -388,6 +398,7 @@ def _bad_length(what: str, value: int) -> WireFormatError:
 
 
 def _take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
+    first = pos
     partition, start, end, opens, count, origin_len, topic_len = _BATCH.unpack_from(data, pos)
     if opens > 1:
         raise _bad_flag("batch 'opens'", opens)
@@ -438,7 +449,10 @@ def _take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
                     raise _bad_length("header value", header_len)
             headers = tuple(header_list)
         append(SourceEvent(offset, key, value, headers, timestamp_ms))
-    return OriginBatch(origin, topic, partition, start, end, bool(opens), tuple(events)), pos
+    batch = OriginBatch(origin, topic, partition, start, end, bool(opens), tuple(events))
+    # Sending or storing this batch again re-uses these bytes instead of re-encoding.
+    object.__setattr__(batch, "_encoded", bytes(data[first:pos]))
+    return batch, pos
 
 
 def _take_entries(data: bytes, pos: int, count: int) -> tuple[tuple[Entry, ...], int]:

@@ -44,6 +44,9 @@ class OriginBatch:
     events: tuple[SourceEvent, ...]
     # Computed once, on first use: the leader sizes Appends, the log its memory, by it.
     _size: int = field(default=-1, init=False, compare=False, repr=False)
+    # The batch's wire encoding, kept by kdsync.wire_format once made or read: a batch
+    # crosses the wire and the log topic several times and is encoded only once.
+    _encoded: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def origin_partition(self) -> OriginPartition:

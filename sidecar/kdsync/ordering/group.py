@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class GroupSpecError(ValueError):
@@ -15,8 +15,12 @@ class GroupSpec:
 
     members: tuple[str, ...]
     witnesses: frozenset[str] = frozenset()
+    _data: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_data", tuple(m for m in self.members if m not in self.witnesses)
+        )
         if len(self.members) < 2:
             raise GroupSpecError("a group needs at least 2 members")
         if len(set(self.members)) != len(self.members):
@@ -30,7 +34,7 @@ class GroupSpec:
 
     @property
     def data_members(self) -> tuple[str, ...]:
-        return tuple(m for m in self.members if m not in self.witnesses)
+        return self._data
 
     @property
     def quorum(self) -> int:

@@ -197,6 +197,9 @@ class OrderingNode:
 
         self._ready = Ready()
         self._hard_dirty = False
+        # Set by every input: ready() has work to look at (a second call in a row, as a
+        # shell makes to see that nothing is left, then costs nothing).
+        self._stirred = True
         self._recovery: WitnessRecovery | None = None
 
         if self.is_witness:
@@ -218,6 +221,7 @@ class OrderingNode:
 
     def tick(self) -> None:
         self._now += 1
+        self._stirred = True
         if self._backoff and self.leader is not None:
             stable_for = self._now - self._stable_since
             if stable_for >= STABLE_TICKS_PER_LEVEL * self.timing.election_ticks:
@@ -251,6 +255,7 @@ class OrderingNode:
             raise ValueError(f"batch from {batch.origin!r} offered to {self.member!r}")
         if not self.outbox.has_room():
             return False
+        self._stirred = True
         where = batch.origin_partition
         if self.ledger is not None and self.ledger.covers(batch):
             # Already in the ordered stream (we restarted behind our own deliveries).
@@ -264,6 +269,7 @@ class OrderingNode:
 
     def persisted(self, number: int) -> None:
         """The shell has written what every ``Ready`` up to ``number`` asked to persist."""
+        self._stirred = True
         while self._unpersisted and self._unpersisted[0][0] <= number:
             self._unpersisted.popleft()
         if self._tracker is not None:
@@ -288,6 +294,7 @@ class OrderingNode:
 
     def applied(self, index: int) -> None:
         """The shell has durably written every delivery up to ``index``."""
+        self._stirred = True
         self._durable_applied = max(self._durable_applied, index)
         while self._applying and self._applying[0][0] <= index:
             self._applying_bytes -= self._applying.popleft()[1]
@@ -295,6 +302,7 @@ class OrderingNode:
 
     def entries_loaded(self, entries: list[Entry]) -> None:
         """Entries the shell read back from durable storage after a ``loads`` request."""
+        self._stirred = True
         for entry in entries:
             if entry.index <= self.log.snapshot_index:
                 self._loaded[entry.index] = entry
@@ -303,6 +311,7 @@ class OrderingNode:
     def receive(self, sender: str, message: Message) -> None:
         if sender not in self.group.members or sender == self.member:
             return
+        self._stirred = True
         self._heard_at[sender] = self._now
         if isinstance(message, RecoverRequest):
             self._send(sender, recover_reply(self.term, self.log, self.commit_index, message))
@@ -346,11 +355,13 @@ class OrderingNode:
     # ------------------------------------------------------------------ outputs
 
     def ready(self) -> Ready:
-        self._flush_outbox()
-        if self.role == Role.LEADER:
-            self._admit()
-            self._replicate(heartbeat=False)
-        self._apply_committed()
+        if self._stirred:
+            self._stirred = False
+            self._flush_outbox()
+            if self.role == Role.LEADER:
+                self._admit()
+                self._replicate(heartbeat=False)
+            self._apply_committed()
         ready = self._ready
         if self._hard_dirty:
             ready.hard_state = HardState(self.term, self.voted_for)
@@ -726,15 +737,11 @@ class OrderingNode:
                 first = pr.next
                 # A probe carries one entry, and a resent one none: it goes out every
                 # heartbeat until the peer answers, and must stay cheap for a slow peer.
-                entries = (
-                    self._entries_for(first, 1)
-                    if first <= last and not pr.unanswered_probes
-                    else []
-                )
-                if entries is not None:
+                bare = pr.unanswered_probes and self._term_of(first - 1) is not None
+                entries = self._entries_for(first, 1) if first <= last and not bare else []
+                if entries is not None and self._send_append(peer, entries, first - 1):
                     pr.unanswered_probes += 1
-                    self._send_append(peer, entries, first - 1)
-                    pr.next = first  # probes do not advance optimistically
+                pr.next = first  # probes do not advance optimistically
             elif pr.next <= last and pr.window_open(4 * self.timing.max_append_bytes):
                 # Bound what is in flight to a peer, in Appends and bytes (etcd's Inflights),
                 # so a slow peer's queue stays short and it hears heartbeats in time.
