@@ -28,8 +28,11 @@ def readiness(phase: str, driver: MemberDriver | None) -> tuple[bool, list[str]]
     quorum = node.group.quorum
     if status.role == Role.RECOVERING:
         reasons.append("witness still recovering its state from the other members")
-    if len(view) < quorum:
-        reasons.append(f"in a view of {len(view)} member(s), a majority is {quorum}")
+    if not node.in_majority():
+        reasons.append(
+            f"not in touch with a majority: hears {len(view)} of {len(node.group.members)} "
+            f"member(s) (a majority is {quorum}) and no live leader"
+        )
     if status.leader is None:
         reasons.append("no leader known")
     if state.halted:

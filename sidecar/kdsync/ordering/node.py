@@ -398,6 +398,17 @@ class OrderingNode:
         heard = {m for m, at in self._heard_at.items() if at >= horizon}
         return frozenset({self.member, *heard})
 
+    def in_majority(self) -> bool:
+        """Takes part in ordering: a leader that a majority answered within an election
+        timeout, a follower that hears such a leader (check-quorum makes a leader that
+        lost its majority step down), or a member that hears a majority itself."""
+        horizon = self._now - self.timing.election_ticks
+        if self._tracker is not None:
+            return self._tracker.acked_since(horizon) + 1 >= self.group.quorum
+        if self.leader is not None and self._heard_at.get(self.leader, NEVER) >= horizon:
+            return True
+        return len(self.view()) >= self.group.quorum
+
     def peer_match(self) -> dict[str, int]:
         """On a leader: how far each peer's log is known to match ours (else empty)."""
         return self._tracker.matches() if self._tracker is not None else {}
@@ -795,9 +806,13 @@ class OrderingNode:
         changed = self.log.merge(entries)
         if changed is not None:
             self._mark_persist(changed)
+        applied = self.ledger.applied_index if self.ledger is not None else self.commit_index
         for entry in entries:
-            if entry.batch is not None and entry.batch.origin == self.member:
-                self.outbox.appended(batch_key(entry.batch))
+            # Only entries still to be applied: an old Append seen again must not mark a
+            # batch as on its way once its entry was applied (as a gap, say).
+            batch = entry.batch
+            if batch is not None and batch.origin == self.member and entry.index > applied:
+                self.outbox.appended(batch_key(batch))
         match = prev_index + len(entries)
         self._all_durable = max(self._all_durable, append.all_durable)
         self._known_commit = max(self._known_commit, append.commit)
@@ -863,7 +878,7 @@ class OrderingNode:
     def _durable_end(self) -> int:
         """Our log is written up to here (a witness, which writes nothing, counts what
         it holds): unconfirmed writes, and the one being gathered, start after it."""
-        if self.ledger is None:
+        if self.ledger is None or (not self._unpersisted and self._ready.persist_from is None):
             return self.log.last_index
         starts = [first for _, first in self._unpersisted]
         if self._ready.persist_from is not None:

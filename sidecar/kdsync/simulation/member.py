@@ -72,9 +72,15 @@ class SimKafka:
     positions_ahead: list[str] = field(default_factory=list)
 
     def recovered(self) -> RecoveredState:
+        """What the sidecar reads back: as kdsync.kafka.log_store does, only the entries
+        that run on without a hole from the applied index (a trimmed log may have one)."""
         after = self.ledger.applied_index
-        entries = tuple(e for e in self.log if e.index > after)
-        return RecoveredState(self.hard_state, self.ledger, entries)
+        entries: list[Entry] = []
+        for entry in sorted((e for e in self.log if e.index > after), key=_index):
+            if entry.index != after + 1 + len(entries):
+                break
+            entries.append(entry)
+        return RecoveredState(self.hard_state, self.ledger, tuple(entries))
 
     def persist(self, hard: HardState | None, entries: list[Entry], start: int | None) -> None:
         if hard is not None:
@@ -220,8 +226,7 @@ class SimMember:
         driver = self.driver
         assert driver is not None
         driver.tick()
-        if not self.is_witness:
-            self._read_sources()
+        if not self.is_witness and (self._read_sources() or self._batches):
             driver.sources_ready()
         while self._inbox and self.driver is not None and (not budget or self._cpu > 0):
             self._handle_turn()
@@ -250,8 +255,9 @@ class SimMember:
             self._cpu -= 1 + len(frame) // 128
             self.driver.receive_frame(sender, frame)
 
-    def _read_sources(self) -> None:
-        """The source reader: batches of new events into a bounded queue."""
+    def _read_sources(self) -> bool:
+        """The source reader: batches of new events into a bounded queue; True if any."""
+        read = False
         for (topic, partition), events in self.kafka.sources.items():
             position = self._read.get((topic, partition), 0)
             first = bisect_left(events, position, key=_offset)
@@ -263,7 +269,9 @@ class SimMember:
                 )
                 position = end
                 first += len(take)
+                read = True
             self._read[(topic, partition)] = position
+        return read
 
     def _schedule(self, pending: _Pending) -> None:
         # Operations of one kind complete in the order they started (one client each).
@@ -360,3 +368,7 @@ class _SimFrames:
 
 def _offset(event: SourceEvent) -> int:
     return event.offset
+
+
+def _index(entry: Entry) -> int:
+    return entry.index

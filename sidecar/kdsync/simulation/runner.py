@@ -20,6 +20,7 @@ class Outcome:
     ticks: int
     messages: int
     settled_after: int | None  # ticks after healing until everything was delivered
+    drivers: frozenset[type] = frozenset()  # the driver classes the members ran
 
     @property
     def ok(self) -> bool:
@@ -156,7 +157,10 @@ def run_scenario(
         )
     if progress and not violations:
         violations.extend(Violation("progress", "group", text) for text in progress)
-    return Outcome(scenario, tuple(violations), len(sources), clock[0], network.sent, settled_after)
+    drivers = frozenset(type(m.driver) for m in members.values() if m.driver is not None)
+    return Outcome(
+        scenario, tuple(violations), len(sources), clock[0], network.sent, settled_after, drivers
+    )
 
 
 def _apply_fault(fault: Fault, members: dict[str, SimMember], network: SimNetwork) -> None:

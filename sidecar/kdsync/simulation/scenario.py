@@ -91,8 +91,8 @@ def _fault_scenario(seed: int, rng: random.Random) -> Scenario:
         max_entries_per_append=rng.choice((2, 8, 64)),
         max_uncommitted=rng.choice((16, 256)),
         max_outbox=rng.choice((4, 32, 256)),
-        max_forward=rng.choice((1, 4, 16)),
-        max_unapplied=rng.choice((4, 64, 1024)),
+        max_forward=rng.choice((2, 4, 16)),
+        max_unapplied=rng.choice((16, 64, 1024)),
         max_apply_bytes=rng.choice((2000, 1 << 26)),
         retained_applied=rng.choice((0, 3, 50)),
         witness_retained_bytes=rng.choice((0, 3000, 1 << 28)),
@@ -106,7 +106,7 @@ def _fault_scenario(seed: int, rng: random.Random) -> Scenario:
     # The driver groups deliveries into transactions and trims the durable log, as the
     # sidecar does, at sizes that make every boundary happen often.
     limits = DriverLimits(
-        max_events_per_transaction=rng.choice((1, 8, 64, 50_000)),
+        max_events_per_transaction=rng.choice((4, 16, 64, 50_000)),
         halt_retry_ticks=4,
         retry_ticks=(1, 8),
         trim_ticks=rng.choice((5, 25, 100)),
