@@ -84,6 +84,17 @@ class CommitByCountingOldTerms(OrderingNode):
             self._advance_commit(majority_index)
 
 
+class ElectionsWithoutPreVoteOrBackoff(OrderingNode):
+    """Campaigns straight away on every election timeout, with a timeout that never
+    grows (the protocol before issue #11): when writing a vote takes longer than an
+    election timeout, every round of votes outlasts the timeout that started it, terms
+    climb and no leader is ever elected."""
+
+    def _start_pre_vote(self) -> None:
+        self._backoff = 0
+        self._campaign()
+
+
 # Broken variants of the member driver, run by the simulator exactly as it runs the real
 # one: the bookkeeping around the core is where exactly-once lives.
 
@@ -141,6 +152,7 @@ MUTANTS: dict[str, type[OrderingNode]] = {
     "forget-marks-on-restart": ForgetMarksOnRestart,
     "witness-without-recovery": WitnessWithoutRecovery,
     "commit-old-terms-by-counting": CommitByCountingOldTerms,
+    "elections-without-pre-vote-or-backoff": ElectionsWithoutPreVoteOrBackoff,
 }
 
 DRIVER_MUTANTS: dict[str, Callable[..., MemberDriver]] = {

@@ -56,6 +56,8 @@ from kdsync.ordering.outbox import BatchKey, Outbox, batch_key
 from kdsync.ordering.progress import NEVER, ProgressState, ProgressTracker
 from kdsync.ordering.witness import WitnessRecovery, recover_reply
 
+# How many Appends' worth of entries a leader reads back at once for a lagging peer.
+_READ_AHEAD_APPENDS = 4
 # Election timeouts a leader must last before the election backoff drops a level.
 STABLE_TICKS_PER_LEVEL = 8
 
@@ -682,7 +684,13 @@ class OrderingNode:
             if entry is None:
                 if not self.is_witness:
                     # Load the entry before ``first`` too: its term is the Append's prev_term.
-                    span = (max(1, first - 1), upto)
+                    # Read ahead a window's worth: a lagging peer then catches up at the
+                    # pace of the pipeline, not one read per Append.
+                    ahead = min(
+                        self.log.snapshot_index,
+                        first - 1 + _READ_AHEAD_APPENDS * (self.timing.max_entries_per_append),
+                    )
+                    span = (max(1, first - 1), max(upto, ahead))
                     if span not in self._loads_asked:
                         self._loads_asked.add(span)
                         self._ready.loads.append(span)
@@ -940,7 +948,7 @@ class OrderingNode:
             upto = min(self._durable_applied, floor)
         if upto > self.log.snapshot_index:
             self.log.compact(upto)
-            span = self.timing.max_entries_per_append
+            span = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
             stale = upto - span
             # Entries read back for a lagging peer stay until they are sent (its next
             # Append starts at next - 1, for prev_term): a busy leader compacts between
@@ -1023,8 +1031,12 @@ class OrderingNode:
         if self.log.last_index - self.commit_index >= self.timing.max_uncommitted:
             return False
         assert self._tracker is not None
-        own = self._durable_applied if self.ledger is not None else 0
-        applied = self._tracker.applied_by_half(self.group.data_members, self.member, own)
+        if self.ledger is not None:
+            own = self._durable_applied
+        else:  # a witness leads only briefly; it waits for whoever applies
+            own = max((pr.applied for pr in self._tracker.peers.values()), default=0)
+        since = self._now - self.timing.election_ticks
+        applied = self._tracker.applied_by_half(self.group.data_members, self.member, own, since)
         return self.commit_index - applied < self.timing.max_unapplied
 
     def _accept_batch(self, batch: OriginBatch) -> bool:

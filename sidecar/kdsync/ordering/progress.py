@@ -107,12 +107,19 @@ class ProgressTracker:
         """Every data member has stored the log up to here."""
         return min(own_last if m == me else self.peers[m].match for m in data_members)
 
-    def applied_by_half(self, data_members: tuple[str, ...], me: str, own_applied: int) -> int:
-        """The applied index reached by the faster half of the data members: admission
-        waits for it, so a burst slows the sources to what the group can write, while one
-        slow or halted destination does not hold the others back."""
+    def applied_by_half(
+        self, data_members: tuple[str, ...], me: str, own_applied: int, since: int
+    ) -> int:
+        """The applied index reached by the faster half of the data members that answered
+        at or after ``since`` (and ourselves, if a data member): admission waits for it, so
+        a burst slows the sources to what the group can write, while a slow or halted
+        destination, or a member that is away, does not hold the others back."""
         applied = sorted(
-            (own_applied if m == me else self.peers[m].applied for m in data_members),
+            (
+                own_applied if m == me else self.peers[m].applied
+                for m in data_members
+                if m == me or self.peers[m].acked_at >= since
+            ),
             reverse=True,
         )
-        return applied[(len(applied) - 1) // 2]
+        return applied[(len(applied) - 1) // 2] if applied else own_applied

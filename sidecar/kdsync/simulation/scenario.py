@@ -120,18 +120,26 @@ def _fault_scenario(seed: int, rng: random.Random) -> Scenario:
         )
         for name in names
     }
+    produce_rate = rng.choice((0.05, 0.15, 0.4))
+    # Events at most: each source partition of each data member, every tick of traffic.
+    partitions = sum(count for _, count in topics) * len(group.data_members)
+    events = round(produce_rate * partitions * (fault_ticks + 40))
+    slowest_write = 1 + max(c.persist_ticks for c in costs.values())
     return Scenario(
         seed=seed,
         group=group,
         timing=timing,
         link=link,
         topics=topics,
-        produce_rate=rng.choice((0.05, 0.15, 0.4)),
+        produce_rate=produce_rate,
         fault_ticks=fault_ticks,
-        # Catching up takes round trips, each up to max_delay ticks per hop on slow links.
+        # Catching up takes round trips, each up to max_delay ticks per hop on slow links,
+        # and a member far behind receives a window of Appends per round trip, each
+        # acknowledged once written.
         settle_ticks=40 * election * (1 + timing.witness_election_factor)
         + 400
-        + 50 * link.max_delay,
+        + 50 * link.max_delay
+        + events * slowest_write * (1 + link.max_delay) // timing.max_entries_per_append,
         faults=faults,
         crash_in_ready=rng.choice((0.0, 0.0, 0.01, 0.05)),
         max_batch_events=rng.choice((1, 4, 16)),
