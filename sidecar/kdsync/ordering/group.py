@@ -18,9 +18,7 @@ class GroupSpec:
     _data: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "_data", tuple(m for m in self.members if m not in self.witnesses)
-        )
+        object.__setattr__(self, "_data", tuple(m for m in self.members if m not in self.witnesses))
         if len(self.members) < 2:
             raise GroupSpecError("a group needs at least 2 members")
         if len(set(self.members)) != len(self.members):

@@ -39,9 +39,7 @@ class CampaignResult:
         return "\n".join(lines)
 
 
-def _run_chunk(
-    first: int, count: int
-) -> tuple[int, dict[int, int], dict[str, int], list[str]]:
+def _run_chunk(first: int, count: int) -> tuple[int, dict[int, int], dict[str, int], list[str]]:
     events = 0
     sizes: dict[int, int] = {}
     shapes: dict[str, int] = {}

@@ -50,8 +50,10 @@ def test_a_burst_with_a_paused_member_keeps_a_leader_and_converges(
         resumed_at = time.monotonic()
         wait_for(
             "every member to follow one leader after the pause",
-            lambda: len(set(_leaders(group).values()) - {None}) == 1
-            and None not in _leaders(group).values(),
+            lambda: (
+                len(set(_leaders(group).values()) - {None}) == 1
+                and None not in _leaders(group).values()
+            ),
             LEADER_BOUND_SECONDS,
             lambda: brief_status(group),
         )
