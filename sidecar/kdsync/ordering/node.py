@@ -202,6 +202,9 @@ class OrderingNode:
         # Set by every input: ready() has work to look at (a second call in a row, as a
         # shell makes to see that nothing is left, then costs nothing).
         self._stirred = True
+        # On a leader: something may be worth sending (new entries, a higher commit, an
+        # answered probe, entries read back); heartbeats go out regardless.
+        self._replication_due = True
         self._recovery: WitnessRecovery | None = None
 
         if self.is_witness:
@@ -309,6 +312,7 @@ class OrderingNode:
             if entry.index <= self.log.snapshot_index:
                 self._loaded[entry.index] = entry
         self._loads_asked.clear()
+        self._replication_due = True
 
     def receive(self, sender: str, message: Message) -> None:
         if sender not in self.group.members or sender == self.member:
@@ -362,7 +366,8 @@ class OrderingNode:
             self._flush_outbox()
             if self.role == Role.LEADER:
                 self._admit()
-                self._replicate(heartbeat=False)
+                if self._replication_due:
+                    self._replicate(heartbeat=False)
             self._apply_committed()
         ready = self._ready
         if self._hard_dirty:
@@ -639,6 +644,7 @@ class OrderingNode:
     # ------------------------------------------------------------------ replication
 
     def _append_local(self, batch: OriginBatch | None) -> None:
+        self._replication_due = True
         index = self.log.last_index + 1
         entry = Entry(index, self.term, batch)
         self.log.append(entry)
@@ -734,6 +740,7 @@ class OrderingNode:
 
     def _replicate(self, heartbeat: bool) -> None:
         """Send each peer what it lacks; on heartbeats also repair lost messages."""
+        self._replication_due = False
         tracker = self._tracker
         assert tracker is not None
         self._refresh_all_durable()
@@ -850,6 +857,7 @@ class OrderingNode:
         if tracker is None or reply.term != self.term or reply.incarnation != self.incarnation:
             return
         pr = tracker[peer]
+        self._replication_due = True
         if pr.incarnation is not None and pr.incarnation != reply.peer_incarnation:
             pr.restarted(self.log.last_index)
         pr.incarnation = reply.peer_incarnation
@@ -910,6 +918,7 @@ class OrderingNode:
                 if batch is not None:
                     self._uncommitted.pop(batch_key(batch), None)
         self.commit_index = index
+        self._replication_due = True
         if self.ledger is None:
             self._compact()
 

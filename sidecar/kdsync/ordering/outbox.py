@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from kdsync.ordering.events import OriginBatch, OriginPartition
 
 BatchKey = tuple[OriginPartition, int, int]  # (origin partition, start, end)
+_LATER = 1 << 62
 
 
 def batch_key(batch: OriginBatch) -> BatchKey:
@@ -42,6 +43,8 @@ class Outbox:
         self._by_key: dict[BatchKey, _Pending] = {}
         self._bytes = 0
         self._travelling = 0  # forwarded and not yet seen appended
+        self._unsent = 0  # neither forwarded nor seen appended
+        self._resend_at = _LATER  # no travelling batch is due for a resend before this
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -58,12 +61,16 @@ class Outbox:
         self._queues.setdefault(batch.origin_partition, deque()).append(pending)
         self._by_key[batch_key(batch)] = pending
         self._bytes += pending.size
+        self._unsent += 1
 
     def due(self, now: int, limit: int | None = None) -> list[OriginBatch]:
         """Batches to send now, in offer order per partition, marked sent: never sent,
         or forwarded ``resend_ticks`` ago without showing up; within the window."""
         room = self.window - self._travelling
+        if (not self._unsent or room <= 0) and now < self._resend_at:
+            return []  # the common case, asked on every input: nothing to scan for
         out: list[OriginBatch] = []
+        resend_at = _LATER
         for queue in self._queues.values():
             for pending in queue:
                 if limit is not None and len(out) >= limit:
@@ -75,10 +82,14 @@ class Outbox:
                         break  # later batches of this partition wait behind this one
                     room -= 1
                     self._travelling += 1
+                    self._unsent -= 1
                 elif now - pending.sent_at < self.resend_ticks:
+                    resend_at = min(resend_at, pending.sent_at + self.resend_ticks)
                     continue
                 pending.sent_at = now
+                resend_at = min(resend_at, now + self.resend_ticks)
                 out.append(pending.batch)
+        self._resend_at = resend_at if limit is None or len(out) < limit else now
         return out
 
     def appended(self, key: BatchKey) -> None:
@@ -87,6 +98,8 @@ class Outbox:
         if pending is not None and not pending.appended:
             if pending.sent_at is not None:
                 self._travelling -= 1
+            else:
+                self._unsent -= 1
             pending.appended = True
             pending.sent_at = pending.sent_at if pending.sent_at is not None else 0
 
@@ -96,6 +109,7 @@ class Outbox:
         if pending is not None and pending.sent_at is not None and not pending.appended:
             pending.sent_at = None
             self._travelling -= 1
+            self._unsent += 1
 
     def offer_again(self) -> None:
         """After a leader change or a gap: every undelivered batch travels again."""
@@ -103,6 +117,8 @@ class Outbox:
             pending.sent_at = None
             pending.appended = False
         self._travelling = 0
+        self._unsent = len(self._by_key)
+        self._resend_at = _LATER
 
     def settle(self, where: OriginPartition, mark: int) -> None:
         """Drop batches of ``where`` that end at or below ``mark`` (delivered)."""
@@ -113,7 +129,10 @@ class Outbox:
             pending = queue.popleft()
             del self._by_key[batch_key(pending.batch)]
             self._bytes -= pending.size
-            if pending.sent_at is not None and not pending.appended:
-                self._travelling -= 1
+            if not pending.appended:
+                if pending.sent_at is not None:
+                    self._travelling -= 1
+                else:
+                    self._unsent -= 1
         if not queue:
             del self._queues[where]
