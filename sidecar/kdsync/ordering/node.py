@@ -751,7 +751,7 @@ class OrderingNode:
                 pr.probe_sent = False
                 stalled = self._now - pr.progress_at >= self.timing.election_ticks
                 if pr.state == ProgressState.REPLICATE and stalled and pr.match < last:
-                    pr.become_probe()
+                    pr.become_probe(self._probe_floor(peer))
             if self.group.is_witness(peer) and pr.next <= self.log.snapshot_index:
                 # A witness needs no history, only our log's shape: it takes our compacted
                 # (committed) prefix as its own and continues from there.
@@ -876,10 +876,13 @@ class OrderingNode:
             pr.next = max(pr.next, reply.hint_index + 1)
         elif pr.state == ProgressState.REPLICATE:
             if reply.rejected_index > pr.match:
-                pr.become_probe()
+                pr.become_probe(self._probe_floor(peer))
         elif reply.rejected_index == pr.next - 1:
             # Only the answer to the current probe moves it; older rejections are stale.
             pr.next = max(pr.match + 1, min(reply.rejected_index, reply.hint_index + 1))
+
+    def _probe_floor(self, peer: str) -> int:
+        return 0 if self.group.is_witness(peer) else min(self._all_durable, self.commit_index)
 
     def _leader_commit(self) -> None:
         assert self._tracker is not None
@@ -978,15 +981,11 @@ class OrderingNode:
 
     def _maybe_hand_over(self) -> None:
         """A witness leader hands leadership to a caught-up data member as soon as there
-        is one; so does a data member whose own destination has fallen far behind."""
+        is one; so does a data member whose own destination has fallen far behind one
+        that writes faster (halted, say): the group then goes on at the faster pace."""
         tracker = self._tracker
         assert tracker is not None
-        behind = self.ledger is not None and (
-            self.commit_index - self._durable_applied > self.timing.max_unapplied
-        )
-        if not (self.is_witness or behind):
-            return
-        if self._now - self._transfer_sent_at < self.timing.election_ticks * 2:
+        if self._transferring():
             return
         if self.commit_index != self.log.last_index:
             return
@@ -995,11 +994,21 @@ class OrderingNode:
             for p in self.group.data_members
             if p != self.member and tracker[p].match == self.log.last_index
         ]
-        if caught_up:
-            target = max(caught_up, key=lambda p: tracker[p].applied)
-            self._transfer_sent_at = self._now
-            self._event("step-down", f"handing leadership to {target}")
-            self._send(target, TimeoutNow(self.term))
+        if not caught_up:
+            return
+        target = max(caught_up, key=lambda p: tracker[p].applied)
+        if self.ledger is not None:
+            behind = self.commit_index - self._durable_applied > 2 * self.timing.max_unapplied
+            if not (behind and tracker[target].applied > self._durable_applied):
+                return
+        self._transfer_sent_at = self._now
+        self._event("step-down", f"handing leadership to {target}")
+        self._send(target, TimeoutNow(self.term))
+
+    def _transferring(self) -> bool:
+        """A handover was asked for lately: admit nothing new meanwhile (as etcd does),
+        or the target's log falls behind ours and our vote refuses it."""
+        return self._now - self._transfer_sent_at < self.timing.election_ticks * 2
 
     # ------------------------------------------------------------------ witness recovery
 
@@ -1038,6 +1047,8 @@ class OrderingNode:
 
     def _may_admit(self) -> bool:
         if self.log.last_index - self.commit_index >= self.timing.max_uncommitted:
+            return False
+        if self._transferring():
             return False
         assert self._tracker is not None
         if self.ledger is not None:

@@ -42,11 +42,14 @@ class Progress:
     inflight: deque[tuple[int, int]] = field(default_factory=deque)
     inflight_bytes: int = 0
 
-    def become_probe(self) -> None:
+    def become_probe(self, floor: int = 0) -> None:
+        """Probe from just after what the peer is known to hold: its match, or ``floor``
+        (what every data member has stored, which a data member keeps across restarts:
+        probing below it could need entries every log has already trimmed)."""
         self.state = ProgressState.PROBE
         self.probe_sent = False
         self.unanswered_probes = 0
-        self.next = self.match + 1
+        self.next = max(self.match, floor) + 1
         self._forget_inflight()
 
     def become_replicate(self) -> None:
@@ -76,10 +79,11 @@ class Progress:
         self.inflight_bytes = 0
 
     def restarted(self, last_index: int) -> None:
-        """The peer came back with a new incarnation: what it acknowledged may be gone."""
+        """The peer came back with a new incarnation: what it acknowledged may be gone
+        (a witness keeps nothing), so probe again from our end."""
         self.match = 0
-        self.next = last_index + 1
         self.become_probe()
+        self.next = last_index + 1
 
 
 class ProgressTracker:
