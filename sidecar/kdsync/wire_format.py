@@ -70,7 +70,7 @@ from kdsync.ordering.messages import (
     VoteReply,
     VoteRequest,
 )
-from kdsync.ordering.node import HardState
+from kdsync.ordering.ready import HardState
 
 FORMAT_VERSION = 1
 

@@ -91,7 +91,7 @@ class ElectionsWithoutPreVoteOrBackoff(OrderingNode):
     climb and no leader is ever elected."""
 
     def _start_pre_vote(self) -> None:
-        self._backoff = 0
+        self._timer.level = 0
         self._campaign()
 
 

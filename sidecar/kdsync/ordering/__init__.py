@@ -9,11 +9,11 @@ from kdsync.ordering.group import GroupSpec, GroupSpecError, Timing
 from kdsync.ordering.ledger import BatchVerdict, Delivery, DeliveryLedger, LedgerState
 from kdsync.ordering.log import Entry, ReplicatedLog
 from kdsync.ordering.messages import Message, Outbound
-from kdsync.ordering.node import (
+from kdsync.ordering.node import OrderingNode
+from kdsync.ordering.ready import (
     HardState,
     NodeEvent,
     NodeStatus,
-    OrderingNode,
     Ready,
     RecoveredState,
     Role,

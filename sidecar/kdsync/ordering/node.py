@@ -29,14 +29,13 @@ Design (see docs/ordering.md for the invariants and why they hold):
 
 from __future__ import annotations
 
-import zlib
 from collections import deque
-from dataclasses import dataclass, field, replace
-from enum import Enum
+from dataclasses import replace
 
+from kdsync.ordering.election_timer import ElectionTimer
 from kdsync.ordering.events import OriginBatch
 from kdsync.ordering.group import GroupSpec, Timing
-from kdsync.ordering.ledger import BatchVerdict, Delivery, DeliveryLedger, LedgerState
+from kdsync.ordering.ledger import BatchVerdict, DeliveryLedger
 from kdsync.ordering.log import Entry, ReplicatedLog
 from kdsync.ordering.messages import (
     Append,
@@ -54,79 +53,11 @@ from kdsync.ordering.messages import (
 )
 from kdsync.ordering.outbox import BatchKey, Outbox, batch_key
 from kdsync.ordering.progress import NEVER, ProgressState, ProgressTracker
+from kdsync.ordering.ready import HardState, NodeEvent, NodeStatus, Ready, RecoveredState, Role
 from kdsync.ordering.witness import WitnessRecovery, recover_reply
 
 # How many Appends' worth of entries a leader reads back at once for a lagging peer.
 _READ_AHEAD_APPENDS = 4
-# Election timeouts a leader must last before the election backoff drops a level.
-STABLE_TICKS_PER_LEVEL = 8
-
-
-class Role(Enum):
-    RECOVERING = "recovering"
-    FOLLOWER = "follower"
-    PRE_CANDIDATE = "pre-candidate"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-
-
-@dataclass(frozen=True, slots=True)
-class HardState:
-    term: int = 0
-    voted_for: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveredState:
-    """What a data member reads back from its own Kafka cluster at start-up."""
-
-    hard_state: HardState = field(default_factory=HardState)
-    ledger: LedgerState = field(default_factory=LedgerState)
-    entries: tuple[Entry, ...] = ()  # persisted log entries after ledger.applied_index
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEvent:
-    """Something an operator wants in the log: role and term changes, with the reason."""
-
-    kind: str  # pre-vote, campaign, leader, follower, step-down, vote-refused
-    term: int
-    detail: str
-
-
-@dataclass(slots=True)
-class Ready:
-    hard_state: HardState | None = None
-    persist_from: int | None = None  # persist ``entries``, truncating the log at this index
-    entries: list[Entry] = field(default_factory=list)
-    messages: list[Outbound] = field(default_factory=list)
-    deliveries: list[Delivery] = field(default_factory=list)
-    ledger: LedgerState | None = None  # the ledger after ``deliveries``
-    loads: list[tuple[int, int]] = field(default_factory=list)  # entries to read back
-    events: list[NodeEvent] = field(default_factory=list)
-    number: int = 0  # for ``persisted`` once the shell has written this Ready's state
-
-    def is_empty(self) -> bool:
-        return not (
-            self.hard_state
-            or self.persist_from is not None
-            or self.messages
-            or self.deliveries
-            or self.loads
-            or self.events
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class NodeStatus:
-    member: str
-    role: Role
-    term: int
-    leader: str | None
-    last_index: int
-    commit_index: int
-    applied_index: int
-    outbox: int
 
 
 class OrderingNode:
@@ -146,7 +77,6 @@ class OrderingNode:
         self.incarnation = incarnation
         self.is_witness = group.is_witness(member)
         self._peers = tuple(m for m in group.members if m != member)
-        self._rng = (zlib.crc32(member.encode()) ^ incarnation) & 0xFFFFFFFF or 0x9E3779B9
 
         self.term = 0
         self.voted_for: str | None = None
@@ -168,13 +98,13 @@ class OrderingNode:
         self._known_commit = 0  # the highest commit index a leader has told us about
 
         self._now = 0
-        self._election_elapsed = 0
-        self._election_timeout = 0
-        # Elections that ended without a leader raise this level; each level doubles the
-        # election timeout and check-quorum's window, so both adapt to slow round trips.
-        # It decays one level per STABLE_TICKS_PER_LEVEL election timeouts with a leader.
-        self._backoff = 0
-        self._stable_since = 0
+        base = timing.election_ticks
+        if self.is_witness:
+            base *= timing.witness_election_factor  # witnesses campaign last
+        self._timer = ElectionTimer(
+            member, incarnation, base, timing.election_backoff, timing.election_ticks
+        )
+        self._recover_elapsed = 0
         self._heartbeat_elapsed = 0
         self._votes: set[str] = set()
         self._heard_at: dict[str, int] = {}  # tick of the last message from each peer
@@ -220,22 +150,19 @@ class OrderingNode:
             self.log.reset(ledger.applied_index, ledger.applied_term, list(state.entries))
             self.commit_index = ledger.applied_index
             self._durable_applied = ledger.applied_index
-        self._reset_election_timer()
+        self._timer.reset()
 
     # ------------------------------------------------------------------ inputs
 
     def tick(self) -> None:
         self._now += 1
         self._stirred = True
-        if self._backoff and self.leader is not None:
-            stable_for = self._now - self._stable_since
-            if stable_for >= STABLE_TICKS_PER_LEVEL * self.timing.election_ticks:
-                self._backoff -= 1
-                self._stable_since = self._now
+        if self.leader is not None:
+            self._timer.decay(self._now)
         if self.role == Role.RECOVERING:
-            self._election_elapsed += 1
-            if self._election_elapsed >= self.timing.election_ticks:
-                self._election_elapsed = 0
+            self._recover_elapsed += 1
+            if self._recover_elapsed >= self.timing.election_ticks:
+                self._recover_elapsed = 0
                 self._send_recover_requests()
             return
         if self.role == Role.LEADER:
@@ -246,10 +173,8 @@ class OrderingNode:
                     return
                 self._replicate(heartbeat=True)
                 self._maybe_hand_over()
-        else:
-            self._election_elapsed += 1
-            if self._election_elapsed >= self._election_timeout:
-                self._start_pre_vote()
+        elif self._timer.expired():
+            self._start_pre_vote()
         self._flush_outbox()
 
     def offer(self, batch: OriginBatch) -> bool:
@@ -437,23 +362,6 @@ class OrderingNode:
 
     # ------------------------------------------------------------------ roles
 
-    def _random(self) -> int:
-        # xorshift32: deterministic jitter from the shell-given incarnation, no RNG inside.
-        x = self._rng
-        x ^= (x << 13) & 0xFFFFFFFF
-        x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
-        self._rng = x
-        return x
-
-    def _reset_election_timer(self) -> None:
-        base = self.timing.election_ticks
-        if self.is_witness:
-            base *= self.timing.witness_election_factor
-        base <<= self._backoff
-        self._election_elapsed = 0
-        self._election_timeout = base + self._random() % base
-
     def _event(self, kind: str, detail: str) -> None:
         self._ready.events.append(NodeEvent(kind, self.term, detail))
 
@@ -468,13 +376,13 @@ class OrderingNode:
         self._set_term(term, None if term > self.term else self.voted_for)
         self.role = Role.FOLLOWER
         self.leader = leader
-        self._stable_since = self._now
+        self._timer.leader_known(self._now)
         self._leader_match = self._reported_match = 0
         self._votes.clear()
         self._tracker = None
         self._uncommitted.clear()
         self._admission.clear()
-        self._reset_election_timer()
+        self._timer.reset()
         if was_role != Role.FOLLOWER or term != was_term:
             following = f"following {leader}" if leader else "no leader known"
             self._event("follower", f"{why}; {following}")
@@ -488,15 +396,15 @@ class OrderingNode:
         was_leader = self.leader
         if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
             # The last round ended without a leader.
-            self._backoff = min(self._backoff + 1, self.timing.election_backoff)
+            self._timer.round_failed()
         self.role = Role.PRE_CANDIDATE
         self.leader = None
         self._votes = {self.member}
-        self._reset_election_timer()
+        self._timer.reset()
         heard = f"no word from {was_leader}" if was_leader else "no leader"
         self._event(
             "pre-vote",
-            f"{heard} for {self._election_timeout} ticks; asking for term {self.term + 1}",
+            f"{heard} for {self._timer.timeout} ticks; asking for term {self.term + 1}",
         )
         request = PreVoteRequest(
             self.term + 1, self.log.last_index, self.log.last_term, self.incarnation
@@ -509,7 +417,7 @@ class OrderingNode:
         self.leader = None
         self._set_term(self.term + 1, self.member)
         self._votes = {self.member}
-        self._reset_election_timer()
+        self._timer.reset()
         self._event("campaign", "leadership handed over to us" if transfer else "pre-vote won")
         request = VoteRequest(
             self.term, self.log.last_index, self.log.last_term, self.incarnation, transfer
@@ -520,7 +428,7 @@ class OrderingNode:
     def _become_leader(self) -> None:
         self.role = Role.LEADER
         self.leader = self.member
-        self._stable_since = self._now
+        self._timer.leader_known(self._now)
         self._transfer_sent_at = NEVER
         self._led_since = self._now
         self._tracker = ProgressTracker(self._peers, self.log.last_index + 1, self._now)
@@ -537,7 +445,7 @@ class OrderingNode:
         steps down, so a member cut off on one side cannot keep the others waiting."""
         if not self.timing.check_quorum or self._tracker is None:
             return False
-        window = 2 * self.timing.election_ticks << self._backoff
+        window = 2 * self.timing.election_ticks << self._timer.level
         if self._now - self._led_since < window:
             return False
         heard = self._tracker.acked_since(self._now - window) + 1
@@ -620,7 +528,7 @@ class OrderingNode:
         )
         if grant:
             self._set_term(self.term, candidate)
-            self._reset_election_timer()
+            self._timer.reset()
         elif request.term == self.term and not current:
             self._event(
                 "vote-refused",
@@ -789,7 +697,7 @@ class OrderingNode:
             return
         if self.role != Role.FOLLOWER or self.leader != leader:
             self._become_follower(append.term, leader, f"{leader} leads term {append.term}")
-        self._reset_election_timer()
+        self._timer.reset()
         prev_index, prev_term, entries = append.prev_index, append.prev_term, list(append.entries)
         if prev_index < self.log.snapshot_index:
             # Our compacted prefix is committed, so it matches: skip what it covers.
@@ -1030,7 +938,7 @@ class OrderingNode:
         self.role = Role.FOLLOWER
         self._recovery = None
         self._event("follower", f"recovered from every member, term {outcome.term}")
-        self._reset_election_timer()
+        self._timer.reset()
 
     # ------------------------------------------------------------------ origin outbox
 
@@ -1091,27 +999,6 @@ class OrderingNode:
 
     def _send(self, peer: str, message: Message) -> None:
         self._ready.messages.append(Outbound(peer, message))
-
-
-# Messages that state nothing about what their sender stored: they may leave before the
-# write of their Ready completes (as long as that Ready changes no term or vote).
-_STATE_FREE = (
-    Append,
-    AppendReply,
-    Forward,
-    PreVoteRequest,
-    PreVoteReply,
-    TimeoutNow,
-    RecoverRequest,
-)
-
-
-def may_precede_persist(message: Message) -> bool:
-    """A leader's Appends (it counts its own copy only once written), acknowledgements
-    (they claim only what is written), forwarded batches, pre-votes, handovers and
-    recovery requests do not depend on the sender's unwritten state. Votes and recovery
-    replies do, and so does everything in a Ready that changes the term or vote."""
-    return isinstance(message, _STATE_FREE)
 
 
 def _entry_size(entry: Entry) -> int:
