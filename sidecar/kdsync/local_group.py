@@ -123,6 +123,18 @@ class LocalSidecarGroup:
             member.process.send_signal(signal.SIGKILL)
             member.process.wait(timeout=30)
 
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process freezes mid-step, sockets open, as a paused VM does."""
+        member = self.members[name]
+        if member.process is not None and member.process.poll() is None:
+            member.process.send_signal(signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT after ``pause``."""
+        member = self.members[name]
+        if member.process is not None and member.process.poll() is None:
+            member.process.send_signal(signal.SIGCONT)
+
     def stop(self, name: str, timeout: float = 60.0) -> int | None:
         """SIGTERM and wait: the graceful path. Returns the exit code."""
         member = self.members[name]
@@ -139,6 +151,7 @@ class LocalSidecarGroup:
 
     def close(self) -> None:
         for name in self.members:
+            self.resume(name)  # a paused process would ignore SIGTERM until the timeout
             self.stop(name, timeout=20)
             log_file = self.members[name].log_file
             if log_file is not None:

@@ -21,12 +21,14 @@ Layout (all integers big-endian; ``i64`` signed, ``u32`` unsigned)::
     3    Append          term prev_index prev_term commit incarnation all_durable
                          (6 x i64)  count:u32  entry[count]
     4    AppendReply     term:i64 success:bool match_index hint_index rejected_index
-                         incarnation peer_incarnation (5 x i64)
+                         incarnation peer_incarnation applied_index (6 x i64)
     5    Forward         term:i64 count:u32 batch[count]
     6    TimeoutNow      term:i64
     7    RecoverRequest  term:i64 nonce:i64
     8    RecoverReply    term nonce commit_index commit_term (4 x i64) count:u32
                          entry[count]
+    9    PreVoteRequest  term last_index last_term incarnation (4 x i64)
+    10   PreVoteReply    term:i64 granted:bool incarnation:i64
     16   Entry record    entry
     17   HardState       term:i64 voted_for:opt-str (as opt-bytes, UTF-8)
     18   LedgerState     applied_index:i64 applied_term:i64
@@ -60,13 +62,15 @@ from kdsync.ordering.messages import (
     AppendReply,
     Forward,
     Message,
+    PreVoteReply,
+    PreVoteRequest,
     RecoverReply,
     RecoverRequest,
     TimeoutNow,
     VoteReply,
     VoteRequest,
 )
-from kdsync.ordering.node import HardState
+from kdsync.ordering.ready import HardState
 
 FORMAT_VERSION = 1
 
@@ -78,6 +82,8 @@ TAG_FORWARD = 5
 TAG_TIMEOUT_NOW = 6
 TAG_RECOVER_REQUEST = 7
 TAG_RECOVER_REPLY = 8
+TAG_PRE_VOTE_REQUEST = 9
+TAG_PRE_VOTE_REPLY = 10
 TAG_ENTRY = 16
 TAG_HARD_STATE = 17
 TAG_LEDGER_STATE = 18
@@ -91,6 +97,8 @@ _TAG_NAMES: dict[int, str] = {
     TAG_TIMEOUT_NOW: "TimeoutNow message",
     TAG_RECOVER_REQUEST: "RecoverRequest message",
     TAG_RECOVER_REPLY: "RecoverReply message",
+    TAG_PRE_VOTE_REQUEST: "PreVoteRequest message",
+    TAG_PRE_VOTE_REPLY: "PreVoteReply message",
     TAG_ENTRY: "Entry record",
     TAG_HARD_STATE: "HardState record",
     TAG_LEDGER_STATE: "LedgerState record",
@@ -100,7 +108,9 @@ _PREFIX = struct.Struct(">BB")
 _VOTE_REQUEST = struct.Struct(">BBqqqqB")
 _VOTE_REPLY = struct.Struct(">BBqBq")
 _APPEND = struct.Struct(">BBqqqqqqI")
-_APPEND_REPLY = struct.Struct(">BBqBqqqqq")
+_APPEND_REPLY = struct.Struct(">BBqBqqqqqq")
+_PRE_VOTE_REQUEST = struct.Struct(">BBqqqq")
+_PRE_VOTE_REPLY = struct.Struct(">BBqBq")
 _FORWARD = struct.Struct(">BBqI")
 _TIMEOUT_NOW = struct.Struct(">BBq")
 _RECOVER_REQUEST = struct.Struct(">BBqq")
@@ -130,6 +140,16 @@ class WireFormatError(ValueError):
 
 
 def _put_batch(parts: list[bytes], batch: OriginBatch) -> None:
+    encoded = batch._encoded
+    if encoded is None:
+        fresh: list[bytes] = []
+        _encode_batch(fresh, batch)
+        encoded = b"".join(fresh)
+        object.__setattr__(batch, "_encoded", encoded)
+    parts.append(encoded)
+
+
+def _encode_batch(parts: list[bytes], batch: OriginBatch) -> None:
     append = parts.append
     origin = batch.origin.encode()
     topic = batch.topic.encode()
@@ -233,6 +253,19 @@ def _encode_append_reply(m: AppendReply) -> bytes:
         m.rejected_index,
         m.incarnation,
         m.peer_incarnation,
+        m.applied_index,
+    )
+
+
+def _encode_pre_vote_request(m: PreVoteRequest) -> bytes:
+    return _PRE_VOTE_REQUEST.pack(
+        FORMAT_VERSION, TAG_PRE_VOTE_REQUEST, m.term, m.last_index, m.last_term, m.incarnation
+    )
+
+
+def _encode_pre_vote_reply(m: PreVoteReply) -> bytes:
+    return _PRE_VOTE_REPLY.pack(
+        FORMAT_VERSION, TAG_PRE_VOTE_REPLY, m.term, m.granted, m.incarnation
     )
 
 
@@ -277,6 +310,8 @@ _MESSAGE_ENCODERS: dict[type, Callable[[Any], bytes]] = {
     TimeoutNow: _encode_timeout_now,
     RecoverRequest: _encode_recover_request,
     RecoverReply: _encode_recover_reply,
+    PreVoteRequest: _encode_pre_vote_request,
+    PreVoteReply: _encode_pre_vote_reply,
 }
 
 
@@ -363,6 +398,7 @@ def _bad_length(what: str, value: int) -> WireFormatError:
 
 
 def _take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
+    first = pos
     partition, start, end, opens, count, origin_len, topic_len = _BATCH.unpack_from(data, pos)
     if opens > 1:
         raise _bad_flag("batch 'opens'", opens)
@@ -413,7 +449,10 @@ def _take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
                     raise _bad_length("header value", header_len)
             headers = tuple(header_list)
         append(SourceEvent(offset, key, value, headers, timestamp_ms))
-    return OriginBatch(origin, topic, partition, start, end, bool(opens), tuple(events)), pos
+    batch = OriginBatch(origin, topic, partition, start, end, bool(opens), tuple(events))
+    # Sending or storing this batch again re-uses these bytes instead of re-encoding.
+    object.__setattr__(batch, "_encoded", bytes(data[first:pos]))
+    return batch, pos
 
 
 def _take_entries(data: bytes, pos: int, count: int) -> tuple[tuple[Entry, ...], int]:
@@ -457,13 +496,27 @@ def _decode_append(data: bytes) -> tuple[Append, int]:
 
 
 def _decode_append_reply(data: bytes) -> tuple[AppendReply, int]:
-    _, _, term, success, match, hint, rejected, incarnation, peer_incarnation = (
+    _, _, term, success, match, hint, rejected, incarnation, peer_incarnation, applied = (
         _APPEND_REPLY.unpack_from(data)
     )
     if success > 1:
         raise _bad_flag("'success'", success)
-    reply = AppendReply(term, bool(success), match, hint, rejected, incarnation, peer_incarnation)
+    reply = AppendReply(
+        term, bool(success), match, hint, rejected, incarnation, peer_incarnation, applied
+    )
     return reply, _APPEND_REPLY.size
+
+
+def _decode_pre_vote_request(data: bytes) -> tuple[PreVoteRequest, int]:
+    _, _, term, last_index, last_term, incarnation = _PRE_VOTE_REQUEST.unpack_from(data)
+    return PreVoteRequest(term, last_index, last_term, incarnation), _PRE_VOTE_REQUEST.size
+
+
+def _decode_pre_vote_reply(data: bytes) -> tuple[PreVoteReply, int]:
+    _, _, term, granted, incarnation = _PRE_VOTE_REPLY.unpack_from(data)
+    if granted > 1:
+        raise _bad_flag("'granted'", granted)
+    return PreVoteReply(term, bool(granted), incarnation), _PRE_VOTE_REPLY.size
 
 
 def _decode_forward(data: bytes) -> tuple[Forward, int]:
@@ -501,6 +554,8 @@ _MESSAGE_DECODERS: dict[int, Callable[[bytes], tuple[Message, int]]] = {
     TAG_TIMEOUT_NOW: _decode_timeout_now,
     TAG_RECOVER_REQUEST: _decode_recover_request,
     TAG_RECOVER_REPLY: _decode_recover_reply,
+    TAG_PRE_VOTE_REQUEST: _decode_pre_vote_request,
+    TAG_PRE_VOTE_REPLY: _decode_pre_vote_reply,
 }
 
 

@@ -6,6 +6,9 @@ They exist only here, in the tests: the product never imports them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from kdsync.driver import DriverLimits, DriverPorts, MemberDriver
 from kdsync.ordering import (
     GroupSpec,
     LedgerState,
@@ -69,9 +72,91 @@ class WitnessWithoutRecovery(OrderingNode):
             self._ready.messages.clear()
 
 
+class CommitByCountingOldTerms(OrderingNode):
+    """A leader commits an entry of an earlier term once a majority stores it, without an
+    entry of its own term on top (the "figure 8" of the Raft paper): a later leader that
+    never had the entry can overwrite it after it was applied."""
+
+    def _leader_commit(self) -> None:
+        assert self._tracker is not None
+        majority_index = self._tracker.quorum_match(self._own_durable(), self.group.quorum)
+        if majority_index > self.commit_index:
+            self._advance_commit(majority_index)
+
+
+class ElectionsWithoutPreVoteOrBackoff(OrderingNode):
+    """Campaigns straight away on every election timeout, with a timeout that never
+    grows (the protocol before issue #11): when writing a vote takes longer than an
+    election timeout, every round of votes outlasts the timeout that started it, terms
+    climb and no leader is ever elected."""
+
+    def _start_pre_vote(self) -> None:
+        self._timer.level = 0
+        self._campaign()
+
+
+# Broken variants of the member driver, run by the simulator exactly as it runs the real
+# one: the bookkeeping around the core is where exactly-once lives.
+
+
+class AppliedBeforeCommit(MemberDriver):
+    """Marks entries applied when their transaction starts, not when it commits: the
+    in-memory log is compacted and the durable log trimmed of entries that are not yet in
+    T-global, and a crash before the commit leaves nobody able to replay them."""
+
+    def _maybe_write(self) -> None:
+        super()._maybe_write()
+        taken = self._writing
+        if taken:
+            index = taken[-1].deliveries[-1].index
+            self.state.durable_applied = max(self.state.durable_applied, index)
+            self.node.applied(index)
+
+
+class DropHeldBatch(MemberDriver):
+    """A batch the core refuses (its outbox is full) is dropped instead of held: the
+    source reader has moved past it, so those events are never offered again."""
+
+    def _offer_sources(self) -> None:
+        source = self.ports.source
+        if source is None:
+            return
+        while (batch := source.take()) is not None:
+            if self.node.offer(batch):
+                self.state.events_in += len(batch.events)
+
+
+class PositionsAheadOfLedger(MemberDriver):
+    """Commits the source positions of the newest delivered chunk, not of the one just
+    written: the consumer group's offsets run ahead of what T-global holds."""
+
+    def transaction_committed(self) -> None:
+        newest = self._chunks[-1].ledger if self._chunks else None
+        super().transaction_committed()
+        if newest is not None and self.ports.source is not None:
+            self.ports.source.commit(newest.positions_of(self.node.member))
+
+
+def _driver(cls: type[MemberDriver]) -> Callable[..., MemberDriver]:
+    def make(
+        node: OrderingNode, ports: DriverPorts, limits: DriverLimits, ledger: LedgerState | None
+    ) -> MemberDriver:
+        return cls(node, ports, limits, recovered_ledger=ledger)
+
+    return make
+
+
 MUTANTS: dict[str, type[OrderingNode]] = {
     "deliver-before-commit": DeliverBeforeCommit,
     "vote-without-log-check": VoteWithoutLogCheck,
     "forget-marks-on-restart": ForgetMarksOnRestart,
     "witness-without-recovery": WitnessWithoutRecovery,
+    "commit-old-terms-by-counting": CommitByCountingOldTerms,
+    "elections-without-pre-vote-or-backoff": ElectionsWithoutPreVoteOrBackoff,
+}
+
+DRIVER_MUTANTS: dict[str, Callable[..., MemberDriver]] = {
+    "applied-before-commit": _driver(AppliedBeforeCommit),
+    "drop-held-batch": _driver(DropHeldBatch),
+    "positions-ahead-of-ledger": _driver(PositionsAheadOfLedger),
 }

@@ -7,11 +7,15 @@ import os
 
 import pytest
 
+from kdsync.driver import MemberDriver
 from kdsync.ordering import OrderingNode
+from kdsync.runtime import sidecar as production
 from kdsync.simulation import make_scenario, run_scenario
 from kdsync.simulation.campaign import run_campaign
 from kdsync.simulation.member import NodeFactory
-from tests.simulation.mutants import MUTANTS
+from tests.simulation.mutants import DRIVER_MUTANTS, MUTANTS
+
+SEEDS_TO_CATCH = 800  # a broken variant must fail within this many scenarios
 
 SCENARIOS = int(os.environ.get("KDSYNC_SIM_SCENARIOS", "10000"))
 
@@ -25,7 +29,16 @@ def test_ten_thousand_scenarios_keep_every_property() -> None:
     print(result.summary())
     assert result.scenarios == SCENARIOS
     assert {2, 3, 5, 7} <= set(result.by_size), result.by_size
+    assert {"faults", "overload"} <= set(result.by_shape), result.by_shape
     assert result.ok, result.summary()
+
+
+def test_the_simulator_runs_the_production_driver() -> None:
+    """Every simulated member runs the very driver class the sidecar runs, not a copy."""
+    assert production.MemberDriver is MemberDriver
+    for seed in (3, 11):
+        outcome = run_scenario(make_scenario(seed))
+        assert outcome.drivers == {MemberDriver}, outcome.drivers
 
 
 def _digest(seed: int, factory: NodeFactory = OrderingNode) -> str:
@@ -46,7 +59,7 @@ def test_scenarios_differ_between_seeds() -> None:
 def test_simulator_catches_a_broken_protocol(name: str) -> None:
     mutant = MUTANTS[name]
     needs_witness = name == "witness-without-recovery"
-    for seed in range(400):
+    for seed in range(SEEDS_TO_CATCH):
         scenario = make_scenario(seed)
         if needs_witness and not scenario.group.witnesses:
             continue
@@ -56,4 +69,18 @@ def test_simulator_catches_a_broken_protocol(name: str) -> None:
             # The very same scenario passes with the real protocol.
             assert run_scenario(scenario).ok
             return
-    pytest.fail(f"the simulator did not catch {name} within 400 seeds")
+    pytest.fail(f"the simulator did not catch {name} within {SEEDS_TO_CATCH} seeds")
+
+
+@pytest.mark.parametrize("name", sorted(DRIVER_MUTANTS))
+def test_simulator_catches_a_broken_driver(name: str) -> None:
+    """The bookkeeping around the core (transactions, applied marks, held batches,
+    source positions) is simulated too: breaking it must show."""
+    for seed in range(SEEDS_TO_CATCH):
+        scenario = make_scenario(seed)
+        outcome = run_scenario(scenario, driver_factory=DRIVER_MUTANTS[name])
+        if not outcome.ok:
+            print(f"{name}: caught after {seed + 1} seeds: {outcome.violations[0]}")
+            assert run_scenario(scenario).ok
+            return
+    pytest.fail(f"the simulator did not catch {name} within {SEEDS_TO_CATCH} seeds")

@@ -148,9 +148,21 @@ PLANTS = {
     ),
     "a new top-level module has no layer": Plant(
         "kdsync-layers",
-        "sidecar/kdsync/driver.py",
+        "sidecar/kdsync/newcomer.py",
         "from kdsync import ordering",
-        "kdsync.driver",
+        "kdsync.newcomer",
+    ),
+    "the driver uses asyncio": Plant(
+        "pure-driver",
+        "sidecar/kdsync/driver/member_driver.py",
+        "import asyncio",
+        "kdsync.driver.member_driver -> asyncio",
+    ),
+    "the driver reaches Kafka I/O": Plant(
+        "pure-driver",
+        "sidecar/kdsync/driver/ports.py",
+        "from kdsync.kafka import errors",
+        "kdsync.driver.ports -> kdsync.kafka.errors",
     ),
     "the config imports the TCP transport": Plant(
         "pure-config",

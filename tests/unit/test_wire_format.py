@@ -22,6 +22,8 @@ from kdsync.ordering.messages import (
     AppendReply,
     Forward,
     Message,
+    PreVoteReply,
+    PreVoteRequest,
     RecoverReply,
     RecoverRequest,
     TimeoutNow,
@@ -121,6 +123,10 @@ EDGE_MESSAGES: tuple[Message, ...] = (
     RecoverReply(4, 99, 10, 3, ()),
     RecoverReply(4, 99, 10, 3, EDGE_ENTRIES),
     VoteRequest(4, 9, 3, 7, transfer=True),
+    PreVoteRequest(5, 9, 3, 1 << 60),
+    PreVoteReply(4, True, 7),
+    PreVoteReply(INT64_MAX, False, INT64_MIN),
+    AppendReply(3, True, 12, 0, 0, 5, 6, INT64_MAX),
 )
 
 EDGE_LEDGERS = (
@@ -196,7 +202,7 @@ def random_entries(rng: random.Random) -> tuple[Entry, ...]:
 
 def random_message(rng: random.Random) -> Message:
     i = random_int64
-    kind = rng.randrange(8)
+    kind = rng.randrange(10)
     if kind == 0:
         return VoteRequest(i(rng), i(rng), i(rng), i(rng), rng.random() < 0.5)
     if kind == 1:
@@ -204,13 +210,19 @@ def random_message(rng: random.Random) -> Message:
     if kind == 2:
         return Append(i(rng), i(rng), i(rng), random_entries(rng), i(rng), i(rng), i(rng))
     if kind == 3:
-        return AppendReply(i(rng), rng.random() < 0.5, i(rng), i(rng), i(rng), i(rng), i(rng))
+        return AppendReply(
+            i(rng), rng.random() < 0.5, i(rng), i(rng), i(rng), i(rng), i(rng), i(rng)
+        )
     if kind == 4:
         return Forward(i(rng), tuple(random_batch(rng) for _ in range(rng.randint(0, 3))))
     if kind == 5:
         return TimeoutNow(i(rng))
     if kind == 6:
         return RecoverRequest(i(rng), i(rng))
+    if kind == 7:
+        return PreVoteRequest(i(rng), i(rng), i(rng), i(rng))
+    if kind == 8:
+        return PreVoteReply(i(rng), rng.random() < 0.5, i(rng))
     return RecoverReply(i(rng), i(rng), i(rng), i(rng), random_entries(rng))
 
 
@@ -257,6 +269,8 @@ def test_every_message_type_is_covered() -> None:
         TimeoutNow,
         RecoverRequest,
         RecoverReply,
+        PreVoteRequest,
+        PreVoteReply,
     }
 
 
@@ -417,7 +431,7 @@ def test_unknown_version_is_rejected(version: int) -> None:
             decode(bytes([version]) + encoded[1:])
 
 
-@pytest.mark.parametrize("tag", [0, 9, 15, 19, 255])
+@pytest.mark.parametrize("tag", [0, 11, 15, 19, 255])
 def test_unknown_type_tag_is_rejected(tag: int) -> None:
     for decode in DECODERS:
         with pytest.raises(WireFormatError, match=f"unknown type tag {tag}"):

@@ -119,11 +119,11 @@ def read_all(
     origins: dict[str, dict[tuple[int, int], SourceRecord]] = {}
     for name, bootstrap in servers.items():
         follower = TopicFollower(bootstrap, f"{TOPIC}-global")
-        follower.poll(2.0)
+        follower.read_to_end(120)
         follower.close()
         globals_by_member[name] = global_order(follower.records)
         source = TopicFollower(bootstrap, TOPIC)
-        source.poll(2.0)
+        source.read_to_end(120)
         source.close()
         origins[name] = {(p, o): r for p, o, r in source.records}
     return globals_by_member, origins
@@ -209,15 +209,22 @@ def _traffic_and_check(
         shown = ", ".join(f"{n} {c:,}" for n, c in counts.items())
         return f"produced {made:,}/{total:,}; in T-global: {shown}"
 
+    terms_before = {n: (group.status(n) or {}).get("term", 0) for n in MEMBERS}
+    wait_for(
+        "the producers to finish",
+        lambda: not any(thread.is_alive() for thread in threads),
+        max(600, total / 500),
+        progress,
+    )
+    produced_at = time.time()
     wait_for(
         "all events in every T-global",
         lambda: all(c >= total for c in delivered_counts(group).values()),
-        600,
+        max(600, total / 500),
         progress,
     )
-    for thread in threads:
-        thread.join()
     elapsed = time.time() - traffic_start
+    caught_up = time.time() - produced_at
     say(f"  {progress()}")
 
     say("[4/5] checking the three T-global topics with an independent plain-Kafka reader")
@@ -234,6 +241,13 @@ def _traffic_and_check(
             say(f"    {problem}")
     say("  figures:")
     say(f"    throughput: {total:,} events in {elapsed:.1f}s = {total / elapsed:,.0f} events/s")
+    say(f"    every T-global complete {caught_up:.1f}s after the producers finished")
+    statuses = {n: group.status(n) or {} for n in MEMBERS}
+    terms = {n: statuses[n].get("term", 0) for n in MEMBERS}
+    elections = max(terms.values()) - max(terms_before.values())
+    stalls = ", ".join(f"{n} {statuses[n].get('maxEventLoopLagSeconds', 0):.2f}s" for n in MEMBERS)
+    say(f"    elections during traffic: {elections} (term {max(terms.values())})")
+    say(f"    longest event-loop stall: {stalls}")
     for name in MEMBERS:
         status = group.status(name) or {}
         latency = status.get("latencyMs") or {}

@@ -131,14 +131,22 @@ class GlobalWriter:
         producer = self._producer
         self._errors = []
         events = 0
+        # Topic names and partition counts are resolved before the transaction begins
+        # (creating a T-global on first use is an admin round trip), once per topic.
+        targets: dict[str, tuple[str, int]] = {}
+        for delivery in deliveries:
+            for delivered in delivery.events:
+                if delivered.topic not in targets:
+                    targets[delivered.topic] = (
+                        self._global_topic(delivered.topic),
+                        self._global_partitions(delivered.topic),
+                    )
         try:
             producer.begin_transaction()
             for delivery in deliveries:
                 for delivered in delivery.events:
-                    topic = self._global_topic(delivered.topic)
-                    record = to_global_record(
-                        delivered, topic, self._global_partitions(delivered.topic)
-                    )
+                    topic, partitions = targets[delivered.topic]
+                    record = to_global_record(delivered, topic, partitions)
                     self._produce(
                         record.topic,
                         record.partition,

@@ -9,7 +9,16 @@ from kdsync.ordering.group import GroupSpec, GroupSpecError, Timing
 from kdsync.ordering.ledger import BatchVerdict, Delivery, DeliveryLedger, LedgerState
 from kdsync.ordering.log import Entry, ReplicatedLog
 from kdsync.ordering.messages import Message, Outbound
-from kdsync.ordering.node import HardState, NodeStatus, OrderingNode, Ready, RecoveredState, Role
+from kdsync.ordering.node import OrderingNode
+from kdsync.ordering.ready import (
+    HardState,
+    NodeEvent,
+    NodeStatus,
+    Ready,
+    RecoveredState,
+    Role,
+    may_precede_persist,
+)
 
 __all__ = [
     "BatchVerdict",
@@ -22,6 +31,7 @@ __all__ = [
     "HardState",
     "LedgerState",
     "Message",
+    "NodeEvent",
     "NodeStatus",
     "OrderingNode",
     "OriginBatch",
@@ -33,4 +43,5 @@ __all__ = [
     "Role",
     "SourceEvent",
     "Timing",
+    "may_precede_persist",
 ]

@@ -8,7 +8,7 @@ holes (transaction markers, compaction).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Header = tuple[str, bytes | None]
 OriginPartition = tuple[str, str, int]  # (origin member, topic, partition)
@@ -42,17 +42,26 @@ class OriginBatch:
     end: int
     opens: bool
     events: tuple[SourceEvent, ...]
+    # Computed once, on first use: the leader sizes Appends, the log its memory, by it.
+    _size: int = field(default=-1, init=False, compare=False, repr=False)
+    # The batch's wire encoding, kept by kdsync.wire_format once made or read: a batch
+    # crosses the wire and the log topic several times and is encoded only once.
+    _encoded: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def origin_partition(self) -> OriginPartition:
         return (self.origin, self.topic, self.partition)
 
     def size_bytes(self) -> int:
+        """About what the events take in memory and on the wire."""
+        if self._size >= 0:
+            return self._size
         size = 0
         for event in self.events:
             size += 24 + len(event.key or b"") + len(event.value or b"")
             for name, value in event.headers:
                 size += len(name) + len(value or b"")
+        object.__setattr__(self, "_size", size)
         return size
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class GroupSpecError(ValueError):
@@ -15,8 +15,10 @@ class GroupSpec:
 
     members: tuple[str, ...]
     witnesses: frozenset[str] = frozenset()
+    _data: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_data", tuple(m for m in self.members if m not in self.witnesses))
         if len(self.members) < 2:
             raise GroupSpecError("a group needs at least 2 members")
         if len(set(self.members)) != len(self.members):
@@ -30,7 +32,7 @@ class GroupSpec:
 
     @property
     def data_members(self) -> tuple[str, ...]:
-        return tuple(m for m in self.members if m not in self.witnesses)
+        return self._data
 
     @property
     def quorum(self) -> int:
@@ -42,16 +44,28 @@ class GroupSpec:
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Core parameters, in ticks and counts. The shell decides how long a tick is."""
+    """Core parameters, in ticks, counts and bytes. The shell decides how long a tick is."""
 
     heartbeat_ticks: int = 1
     election_ticks: int = 10  # a follower campaigns after 1x..2x this without a leader
     witness_election_factor: int = 3  # witnesses wait longer: data members should lead
+    # After each election that ends without a leader the timeout doubles, up to 2**this
+    # times: elections succeed once the timeout exceeds a round trip, however slow.
+    election_backoff: int = 3
     resend_ticks: int = 40  # an origin offers an unordered batch again after this long
     max_entries_per_append: int = 512
     # Also bounds an Append's payload (at least one entry is always sent), so a peer
     # frame stays far below the transport's frame limit even with large events.
     max_append_bytes: int = 1024 * 1024
     max_uncommitted: int = 4096  # a leader refuses new batches beyond this backlog
-    max_outbox: int = 1024  # batches an origin may have in flight
+    max_outbox: int = 1024  # batches an origin keeps until they are delivered
+    max_outbox_bytes: int = 64 * 1024 * 1024
+    max_forward: int = 16  # batches an origin has on their way to the leader at once
+    # A leader admits new batches only while the faster half of the data members has
+    # applied all but this many committed entries.
+    max_unapplied: int = 1024
+    max_apply_bytes: int = 64 * 1024 * 1024  # delivered, not yet written to T-global
     retained_applied: int = 1024  # applied entries kept in memory for lagging peers
+    # A witness keeps entries some data member has not stored yet, up to this much.
+    witness_retained_bytes: int = 256 * 1024 * 1024
+    check_quorum: bool = True  # a leader that hears no majority steps down

@@ -36,6 +36,15 @@ class LedgerState:
     marks: dict[OriginPartition, int] = field(default_factory=dict)
     next_seq: dict[str, int] = field(default_factory=dict)
 
+    def positions_of(self, origin: str) -> dict[tuple[str, int], int]:
+        """The marks of ``origin``'s own partitions, by (topic, partition): where that
+        origin's source reader resumes, and the source offsets it may commit."""
+        return {
+            (topic, partition): mark
+            for (member, topic, partition), mark in self.marks.items()
+            if member == origin
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Delivery:

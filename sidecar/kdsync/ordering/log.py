@@ -23,12 +23,13 @@ class ReplicatedLog:
     which is all that Raft's consistency check and vote comparison need.
     """
 
-    __slots__ = ("_entries", "snapshot_index", "snapshot_term")
+    __slots__ = ("_entries", "bytes", "snapshot_index", "snapshot_term")
 
     def __init__(self, snapshot_index: int = 0, snapshot_term: int = 0) -> None:
         self.snapshot_index = snapshot_index
         self.snapshot_term = snapshot_term
         self._entries: list[Entry] = []
+        self.bytes = 0  # the batches held in memory, about (OriginBatch.size_bytes)
 
     @property
     def last_index(self) -> int:
@@ -60,6 +61,7 @@ class ReplicatedLog:
     def append(self, entry: Entry) -> None:
         assert entry.index == self.last_index + 1, (entry.index, self.last_index)
         self._entries.append(entry)
+        self.bytes += _size(entry)
 
     def merge(self, entries: list[Entry]) -> int | None:
         """Raft's follower append: skip entries already present with the same term,
@@ -76,9 +78,12 @@ class ReplicatedLog:
             if existing == entry.term:
                 continue
             if existing is not None:
-                del self._entries[entry.index - self.snapshot_index - 1 :]
+                cut = entry.index - self.snapshot_index - 1
+                self.bytes -= sum(_size(e) for e in self._entries[cut:])
+                del self._entries[cut:]
             for rest in entries[position:]:
                 self._entries.append(rest)
+                self.bytes += _size(rest)
             changed = entry.index
             break
         return changed
@@ -90,7 +95,9 @@ class ReplicatedLog:
         upto = min(upto, self.last_index)
         term = self.term_at(upto)
         assert term is not None
-        del self._entries[: upto - self.snapshot_index]
+        cut = upto - self.snapshot_index
+        self.bytes -= sum(_size(e) for e in self._entries[:cut])
+        del self._entries[:cut]
         self.snapshot_index = upto
         self.snapshot_term = term
 
@@ -98,3 +105,18 @@ class ReplicatedLog:
         self.snapshot_index = snapshot_index
         self.snapshot_term = snapshot_term
         self._entries = list(entries)
+        self.bytes = sum(_size(e) for e in self._entries)
+
+    def index_after_bytes(self, first: int, budget: int) -> int:
+        """The last index from ``first`` on whose entries fit in ``budget`` bytes."""
+        index = first - 1
+        for entry in self._entries[max(0, first - self.snapshot_index - 1) :]:
+            budget -= _size(entry)
+            if budget < 0:
+                break
+            index = entry.index
+        return index
+
+
+def _size(entry: Entry) -> int:
+    return entry.batch.size_bytes() if entry.batch is not None else 0

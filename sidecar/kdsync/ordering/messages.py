@@ -24,6 +24,25 @@ class VoteRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class PreVoteRequest:
+    """Would you vote for me in ``term``? Asked before a real campaign (Raft thesis 9.6):
+    nobody changes term or vote for it, so a member that cannot win (its log is behind,
+    or it is cut off) never disturbs a group that can."""
+
+    term: int  # the term the sender would campaign in (its current term + 1)
+    last_index: int
+    last_term: int
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreVoteReply:
+    term: int  # the replier's current term
+    granted: bool
+    incarnation: int  # the pre-candidate's, echoed
+
+
+@dataclass(frozen=True, slots=True)
 class VoteReply:
     term: int
     granted: bool
@@ -50,6 +69,9 @@ class AppendReply:
     rejected_index: int  # on failure: the prev_index that did not match
     incarnation: int  # the leader's, echoed
     peer_incarnation: int  # the replier's own
+    # The replier's entries up to here are durably in its T-global (0 for a witness):
+    # a leader admits new batches only while the group's applying keeps up.
+    applied_index: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +107,9 @@ class RecoverReply:
 
 
 Message = (
-    VoteRequest
+    PreVoteRequest
+    | PreVoteReply
+    | VoteRequest
     | VoteReply
     | Append
     | AppendReply

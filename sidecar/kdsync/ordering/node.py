@@ -1,31 +1,41 @@
 """One member's ordering state machine: Raft over origin batches, sans I/O.
 
-Inputs: ``tick()``, ``receive(sender, message)``, ``offer(batch)``, ``applied(index)``
-and ``entries_loaded(entries)``. Outputs accumulate until ``ready()`` returns them:
-state to persist, then messages to send, then deliveries to write. The shell must make
-the persisted state durable *before* it sends the messages of the same ``Ready``.
+Inputs: ``tick()``, ``receive(sender, message)``, ``offer(batch)``, ``persisted(index)``,
+``applied(index)`` and ``entries_loaded(entries)``. Outputs accumulate until ``ready()``
+returns them: state to persist, then messages to send, then deliveries to write. The
+shell must make the persisted state durable *before* it sends the messages of the same
+``Ready`` — except those ``may_precede_persist`` allows — and report each completed
+write with ``persisted(ready.number)``. As in etcd raft's asynchronous storage writes, a
+leader replicates while it writes its own log (Raft thesis 10.2.1) and counts its own
+copy once written, and a follower acknowledges at once but only what it has written,
+acknowledging more when a write completes: no message that keeps a group alive waits
+for a slow disk, and nothing unwritten is ever counted.
 
 Design (see docs/ordering.md for the invariants and why they hold):
 - Raft (Ongaro & Ousterhout) orders entries, each carrying one origin batch; data
   members persist term, vote and log entries in their own Kafka cluster.
-- Witnesses keep nothing durable. A witness that (re)starts first recovers: it asks every
-  other member for its term and log, adopts the highest term with its vote in that term
-  withheld, and the most up-to-date log. Until then it neither votes nor acknowledges.
-- A witness may lead when no data member can (e.g. the only up-to-date data member is
-  gone), and hands leadership to a caught-up data member as soon as there is one.
+- Elections start with a pre-vote (Raft thesis 9.6), leaders step down when they no
+  longer hear a majority (check-quorum), and the election timeout backs off after every
+  election that ends without a leader: a member that cannot win never disturbs the
+  others, and elections succeed however slow the round trips become.
+- Overload slows the sources, never the heartbeats: an origin has a bounded window of
+  batches travelling to the leader (``Outbox``), the leader admits new batches only while
+  the group's applying keeps up, and committed entries are handed to the shell for
+  writing a bounded amount at a time.
+- Witnesses keep nothing durable; a (re)started witness recovers from every other member
+  before it votes (``kdsync.ordering.witness``).
 - Exactly-once is decided at apply time by ``DeliveryLedger`` from the ordered stream.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections import deque
-from dataclasses import dataclass, field, replace
-from enum import Enum
+from dataclasses import replace
 
-from kdsync.ordering.events import OriginBatch, OriginPartition
+from kdsync.ordering.election_timer import ElectionTimer
+from kdsync.ordering.events import OriginBatch
 from kdsync.ordering.group import GroupSpec, Timing
-from kdsync.ordering.ledger import BatchVerdict, Delivery, DeliveryLedger, LedgerState
+from kdsync.ordering.ledger import BatchVerdict, DeliveryLedger
 from kdsync.ordering.log import Entry, ReplicatedLog
 from kdsync.ordering.messages import (
     Append,
@@ -33,75 +43,21 @@ from kdsync.ordering.messages import (
     Forward,
     Message,
     Outbound,
+    PreVoteReply,
+    PreVoteRequest,
     RecoverReply,
     RecoverRequest,
     TimeoutNow,
     VoteReply,
     VoteRequest,
 )
+from kdsync.ordering.outbox import BatchKey, Outbox, batch_key
+from kdsync.ordering.progress import NEVER, ProgressState, ProgressTracker
+from kdsync.ordering.ready import HardState, NodeEvent, NodeStatus, Ready, RecoveredState, Role
+from kdsync.ordering.witness import WitnessRecovery, recover_reply
 
-
-class Role(Enum):
-    RECOVERING = "recovering"
-    FOLLOWER = "follower"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-
-
-@dataclass(frozen=True, slots=True)
-class HardState:
-    term: int = 0
-    voted_for: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveredState:
-    """What a data member reads back from its own Kafka cluster at start-up."""
-
-    hard_state: HardState = field(default_factory=HardState)
-    ledger: LedgerState = field(default_factory=LedgerState)
-    entries: tuple[Entry, ...] = ()  # persisted log entries after ledger.applied_index
-
-
-@dataclass(slots=True)
-class Ready:
-    hard_state: HardState | None = None
-    persist_from: int | None = None  # persist ``entries``, truncating the log at this index
-    entries: list[Entry] = field(default_factory=list)
-    messages: list[Outbound] = field(default_factory=list)
-    deliveries: list[Delivery] = field(default_factory=list)
-    ledger: LedgerState | None = None  # the ledger after ``deliveries``
-    loads: list[tuple[int, int]] = field(default_factory=list)  # entries to read back
-
-    def is_empty(self) -> bool:
-        return not (
-            self.hard_state
-            or self.persist_from is not None
-            or self.messages
-            or self.deliveries
-            or self.loads
-        )
-
-
-@dataclass(slots=True)
-class _Pending:
-    batch: OriginBatch
-    sent_at: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NodeStatus:
-    member: str
-    role: Role
-    term: int
-    leader: str | None
-    last_index: int
-    commit_index: int
-    applied_index: int
-    outbox: int
-
-
-_NEVER = -(10**18)
+# How many Appends' worth of entries a leader reads back at once for a lagging peer.
+_READ_AHEAD_APPENDS = 4
 
 
 class OrderingNode:
@@ -121,56 +77,69 @@ class OrderingNode:
         self.incarnation = incarnation
         self.is_witness = group.is_witness(member)
         self._peers = tuple(m for m in group.members if m != member)
-        self._rng = (zlib.crc32(member.encode()) ^ incarnation) & 0xFFFFFFFF or 0x9E3779B9
 
         self.term = 0
         self.voted_for: str | None = None
         self._vote_withheld_term = -1  # a recovered witness may have voted in this term
         self.leader: str | None = None
+        self.role = Role.FOLLOWER
         self.log = ReplicatedLog()
         self.commit_index = 0
         self.ledger: DeliveryLedger | None = None
         self._durable_applied = 0
+        # Readys whose log writes the shell has not confirmed: (number, first index written).
+        self._unpersisted: deque[tuple[int, int]] = deque()
+        self._ready_number = 0
+        # As a follower: our log matches the leader's up to here, we told it this much.
+        self._leader_match = 0
+        self._reported_match = 0
+        self._leader_incarnation = 0
         self._all_durable = 0
+        self._known_commit = 0  # the highest commit index a leader has told us about
 
         self._now = 0
-        self._election_elapsed = 0
-        self._election_timeout = 0
+        base = timing.election_ticks
+        if self.is_witness:
+            base *= timing.witness_election_factor  # witnesses campaign last
+        self._timer = ElectionTimer(
+            member, incarnation, base, timing.election_backoff, timing.election_ticks
+        )
+        self._recover_elapsed = 0
         self._heartbeat_elapsed = 0
         self._votes: set[str] = set()
-        self._next: dict[str, int] = {}
-        self._match: dict[str, int] = {}
-        self._transfer_sent_at = _NEVER
-        # Flow control per peer, as in etcd's raft: a peer is "probing" (one Append in
-        # flight, until a position is confirmed) or "replicating" (optimistic pipeline).
-        self._probing: set[str] = set()
-        self._probe_inflight: set[str] = set()
-        self._progress_at: dict[str, int] = {}
-        self._sent_commit: dict[str, int] = {}
-        self._peer_incarnation: dict[str, int] = {}
         self._heard_at: dict[str, int] = {}  # tick of the last message from each peer
-        self._acked_at: dict[str, int] = {}  # as leader: last AppendReply of this term
-        self._known_commit = 0  # the highest commit index a leader has told us about
+        self._tracker: ProgressTracker | None = None  # while leading
+        self._led_since = NEVER
+        self._transfer_sent_at = NEVER
         # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
         # not appended again (it would only be dropped as a duplicate after ordering).
-        self._uncommitted: dict[tuple[OriginPartition, int, int], int] = {}
-        # Forwarded batches wait here while the uncommitted backlog is full (bounded).
+        self._uncommitted: dict[BatchKey, int] = {}
+        # Forwarded batches wait here while the leader may not admit more (bounded).
         self._admission: deque[OriginBatch] = deque()
 
-        self._outbox: dict[OriginPartition, deque[_Pending]] = {}
-        self._opened: set[OriginPartition] = set()
+        self.outbox = Outbox(
+            timing.max_outbox, timing.max_outbox_bytes, timing.max_forward, timing.resend_ticks
+        )
+        self._opened: set[tuple[str, str, int]] = set()
         self._loaded: dict[int, Entry] = {}
         self._loads_asked: set[tuple[int, int]] = set()
-
-        self._recover_nonce = 0
-        self._recover_replies: dict[str, RecoverReply] = {}
+        # Delivered to the shell, not yet durably applied: (index, bytes), in order.
+        self._applying: deque[tuple[int, int]] = deque()
+        self._applying_bytes = 0
 
         self._ready = Ready()
         self._hard_dirty = False
+        # Set by every input: ready() has work to look at (a second call in a row, as a
+        # shell makes to see that nothing is left, then costs nothing).
+        self._stirred = True
+        # On a leader: something may be worth sending (new entries, a higher commit, an
+        # answered probe, entries read back); heartbeats go out regardless.
+        self._replication_due = True
+        self._recovery: WitnessRecovery | None = None
 
         if self.is_witness:
             self.role = Role.RECOVERING
-            self._recover_nonce = incarnation
+            self._recovery = WitnessRecovery(self._peers, incarnation)
             self._send_recover_requests()
         else:
             state = recovered or RecoveredState()
@@ -181,30 +150,31 @@ class OrderingNode:
             self.log.reset(ledger.applied_index, ledger.applied_term, list(state.entries))
             self.commit_index = ledger.applied_index
             self._durable_applied = ledger.applied_index
-            self.role = Role.FOLLOWER
-        self._reset_election_timer()
+        self._timer.reset()
 
     # ------------------------------------------------------------------ inputs
 
     def tick(self) -> None:
         self._now += 1
+        self._stirred = True
+        if self.leader is not None:
+            self._timer.decay(self._now)
         if self.role == Role.RECOVERING:
-            self._election_elapsed += 1
-            if self._election_elapsed >= self.timing.election_ticks:
-                self._election_elapsed = 0
+            self._recover_elapsed += 1
+            if self._recover_elapsed >= self.timing.election_ticks:
+                self._recover_elapsed = 0
                 self._send_recover_requests()
             return
         if self.role == Role.LEADER:
             self._heartbeat_elapsed += 1
             if self._heartbeat_elapsed >= self.timing.heartbeat_ticks:
                 self._heartbeat_elapsed = 0
+                if self._lost_quorum():
+                    return
                 self._replicate(heartbeat=True)
-                if self.is_witness:
-                    self._hand_over_leadership()
-        else:
-            self._election_elapsed += 1
-            if self._election_elapsed >= self._election_timeout:
-                self._campaign()
+                self._maybe_hand_over()
+        elif self._timer.expired():
+            self._start_pre_vote()
         self._flush_outbox()
 
     def offer(self, batch: OriginBatch) -> bool:
@@ -213,8 +183,9 @@ class OrderingNode:
             raise ValueError("a witness owns no Kafka cluster and has no events to offer")
         if batch.origin != self.member:
             raise ValueError(f"batch from {batch.origin!r} offered to {self.member!r}")
-        if self.outbox_size() >= self.timing.max_outbox:
+        if not self.outbox.has_room():
             return False
+        self._stirred = True
         where = batch.origin_partition
         if self.ledger is not None and self.ledger.covers(batch):
             # Already in the ordered stream (we restarted behind our own deliveries).
@@ -223,27 +194,58 @@ class OrderingNode:
         self._opened.add(where)
         if batch.opens != opens:
             batch = replace(batch, opens=opens)
-        self._outbox.setdefault(where, deque()).append(_Pending(batch))
+        self.outbox.add(batch)
         return True
+
+    def persisted(self, number: int) -> None:
+        """The shell has written what every ``Ready`` up to ``number`` asked to persist."""
+        self._stirred = True
+        while self._unpersisted and self._unpersisted[0][0] <= number:
+            self._unpersisted.popleft()
+        if self._tracker is not None:
+            self._leader_commit()
+        elif self.role == Role.FOLLOWER and self.leader is not None:
+            durable = min(self._leader_match, self._durable_end())
+            if durable > self._reported_match:
+                self._reported_match = durable
+                self._send(
+                    self.leader,
+                    AppendReply(
+                        self.term,
+                        True,
+                        durable,
+                        self._leader_match,
+                        0,
+                        self._leader_incarnation,
+                        self.incarnation,
+                        self._durable_applied,
+                    ),
+                )
 
     def applied(self, index: int) -> None:
         """The shell has durably written every delivery up to ``index``."""
+        self._stirred = True
         self._durable_applied = max(self._durable_applied, index)
+        while self._applying and self._applying[0][0] <= index:
+            self._applying_bytes -= self._applying.popleft()[1]
         self._compact()
 
     def entries_loaded(self, entries: list[Entry]) -> None:
         """Entries the shell read back from durable storage after a ``loads`` request."""
+        self._stirred = True
         for entry in entries:
             if entry.index <= self.log.snapshot_index:
                 self._loaded[entry.index] = entry
         self._loads_asked.clear()
+        self._replication_due = True
 
     def receive(self, sender: str, message: Message) -> None:
         if sender not in self.group.members or sender == self.member:
             return
+        self._stirred = True
         self._heard_at[sender] = self._now
         if isinstance(message, RecoverRequest):
-            self._on_recover_request(sender, message)
+            self._send(sender, recover_reply(self.term, self.log, self.commit_index, message))
             return
         if self.role == Role.RECOVERING:
             if isinstance(message, RecoverReply):
@@ -251,14 +253,25 @@ class OrderingNode:
             return
         if isinstance(message, Forward):
             self._on_forward(message)
-            return
-        if isinstance(message, RecoverReply):
-            return
-        if isinstance(message, VoteRequest) and self._leader_is_alive(message):
-            return
+        elif isinstance(message, PreVoteRequest):
+            self._on_pre_vote_request(sender, message)
+        elif isinstance(message, PreVoteReply):
+            self._on_pre_vote_reply(sender, message)
+        elif isinstance(message, RecoverReply) or (
+            isinstance(message, VoteRequest) and self._leader_is_alive(message.transfer)
+        ):
+            return  # a late recovery answer, or a campaign while a live leader leads
+        else:
+            self._on_term_message(sender, message)
+
+    def _on_term_message(
+        self,
+        sender: str,
+        message: VoteRequest | VoteReply | Append | AppendReply | TimeoutNow,
+    ) -> None:
         if message.term > self.term:
             leader = sender if isinstance(message, Append) else None
-            self._become_follower(message.term, leader)
+            self._become_follower(message.term, leader, f"{sender} is in term {message.term}")
         if isinstance(message, VoteRequest):
             self._on_vote_request(sender, message)
         elif isinstance(message, VoteReply):
@@ -267,26 +280,31 @@ class OrderingNode:
             self._on_append(sender, message)
         elif isinstance(message, AppendReply):
             self._on_append_reply(sender, message)
-        elif (
-            isinstance(message, TimeoutNow)
-            and message.term == self.term
-            and self.role == Role.FOLLOWER
-        ):
-            self._campaign(transfer=True)
+        elif message.term == self.term and self.role == Role.FOLLOWER:
+            self._campaign(transfer=True)  # TimeoutNow: the leader hands over to us
 
     # ------------------------------------------------------------------ outputs
 
     def ready(self) -> Ready:
-        self._flush_outbox()
-        if self.role == Role.LEADER:
-            self._admit()
-            self._replicate(heartbeat=False)
+        if self._stirred:
+            self._stirred = False
+            self._flush_outbox()
+            if self.role == Role.LEADER:
+                self._admit()
+                if self._replication_due:
+                    self._replicate(heartbeat=False)
+            self._apply_committed()
         ready = self._ready
         if self._hard_dirty:
             ready.hard_state = HardState(self.term, self.voted_for)
             self._hard_dirty = False
         if ready.persist_from is not None:
             ready.entries = self.log.slice(ready.persist_from, self.log.last_index)
+        if ready.persist_from is not None or ready.hard_state is not None:
+            self._ready_number += 1
+            ready.number = self._ready_number
+            if ready.persist_from is not None:
+                self._unpersisted.append((ready.number, ready.persist_from))
         if ready.deliveries and self.ledger is not None:
             ready.ledger = self.ledger.snapshot()
         self._ready = Ready()
@@ -302,7 +320,7 @@ class OrderingNode:
             self.log.last_index,
             self.commit_index,
             applied,
-            self.outbox_size(),
+            len(self.outbox),
         )
 
     def view(self) -> frozenset[str]:
@@ -312,9 +330,20 @@ class OrderingNode:
         heard = {m for m, at in self._heard_at.items() if at >= horizon}
         return frozenset({self.member, *heard})
 
+    def in_majority(self) -> bool:
+        """Takes part in ordering: a leader that a majority answered within an election
+        timeout, a follower that hears such a leader (check-quorum makes a leader that
+        lost its majority step down), or a member that hears a majority itself."""
+        horizon = self._now - self.timing.election_ticks
+        if self._tracker is not None:
+            return self._tracker.acked_since(horizon) + 1 >= self.group.quorum
+        if self.leader is not None and self._heard_at.get(self.leader, NEVER) >= horizon:
+            return True
+        return len(self.view()) >= self.group.quorum
+
     def peer_match(self) -> dict[str, int]:
         """On a leader: how far each peer's log is known to match ours (else empty)."""
-        return dict(self._match) if self.role == Role.LEADER else {}
+        return self._tracker.matches() if self._tracker is not None else {}
 
     @property
     def known_commit(self) -> int:
@@ -329,25 +358,12 @@ class OrderingNode:
         return self._all_durable
 
     def outbox_size(self) -> int:
-        return sum(len(queue) for queue in self._outbox.values())
+        return len(self.outbox)
 
     # ------------------------------------------------------------------ roles
 
-    def _random(self) -> int:
-        # xorshift32: deterministic jitter from the shell-given incarnation, no RNG inside.
-        x = self._rng
-        x ^= (x << 13) & 0xFFFFFFFF
-        x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
-        self._rng = x
-        return x
-
-    def _reset_election_timer(self) -> None:
-        base = self.timing.election_ticks
-        if self.is_witness:
-            base *= self.timing.witness_election_factor
-        self._election_elapsed = 0
-        self._election_timeout = base + self._random() % base
+    def _event(self, kind: str, detail: str) -> None:
+        self._ready.events.append(NodeEvent(kind, self.term, detail))
 
     def _set_term(self, term: int, voted_for: str | None) -> None:
         if term != self.term or voted_for != self.voted_for:
@@ -355,24 +371,54 @@ class OrderingNode:
             self.voted_for = voted_for
             self._hard_dirty = True
 
-    def _become_follower(self, term: int, leader: str | None) -> None:
-        was_leader = self.leader
+    def _become_follower(self, term: int, leader: str | None, why: str) -> None:
+        was_leader, was_role, was_term = self.leader, self.role, self.term
         self._set_term(term, None if term > self.term else self.voted_for)
         self.role = Role.FOLLOWER
         self.leader = leader
+        self._timer.leader_known(self._now)
+        self._leader_match = self._reported_match = 0
         self._votes.clear()
+        self._tracker = None
         self._uncommitted.clear()
         self._admission.clear()
-        self._reset_election_timer()
+        self._timer.reset()
+        if was_role != Role.FOLLOWER or term != was_term:
+            following = f"following {leader}" if leader else "no leader known"
+            self._event("follower", f"{why}; {following}")
+        elif leader is not None and leader != was_leader:
+            self._event("follower", f"{leader} leads")
         if leader != was_leader and leader is not None:
             self._on_leader_change()
+
+    def _start_pre_vote(self) -> None:
+        """Ask whether a campaign could win before starting one (Raft thesis 9.6)."""
+        was_leader = self.leader
+        if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
+            # The last round ended without a leader.
+            self._timer.round_failed()
+        self.role = Role.PRE_CANDIDATE
+        self.leader = None
+        self._votes = {self.member}
+        self._timer.reset()
+        heard = f"no word from {was_leader}" if was_leader else "no leader"
+        self._event(
+            "pre-vote",
+            f"{heard} for {self._timer.timeout} ticks; asking for term {self.term + 1}",
+        )
+        request = PreVoteRequest(
+            self.term + 1, self.log.last_index, self.log.last_term, self.incarnation
+        )
+        for peer in self._peers:
+            self._send(peer, request)
 
     def _campaign(self, transfer: bool = False) -> None:
         self.role = Role.CANDIDATE
         self.leader = None
         self._set_term(self.term + 1, self.member)
         self._votes = {self.member}
-        self._reset_election_timer()
+        self._timer.reset()
+        self._event("campaign", "leadership handed over to us" if transfer else "pre-vote won")
         request = VoteRequest(
             self.term, self.log.last_index, self.log.last_term, self.incarnation, transfer
         )
@@ -382,27 +428,40 @@ class OrderingNode:
     def _become_leader(self) -> None:
         self.role = Role.LEADER
         self.leader = self.member
-        self._transfer_sent_at = _NEVER
-        start = self.log.last_index + 1
-        self._next = {p: start for p in self._peers}
-        self._match = {p: 0 for p in self._peers}
-        self._probing = set(self._peers)
-        self._probe_inflight = set()
+        self._timer.leader_known(self._now)
+        self._transfer_sent_at = NEVER
+        self._led_since = self._now
+        self._tracker = ProgressTracker(self._peers, self.log.last_index + 1, self._now)
         self._uncommitted = {}
         for index in range(self.commit_index + 1, self.log.last_index + 1):
             self._track_uncommitted(self.log.entry(index))
-        self._progress_at = {p: self._now for p in self._peers}
-        self._acked_at = {}
-        self._sent_commit = {p: 0 for p in self._peers}
+        self._event("leader", f"won with votes of {sorted(self._votes)}")
         # A no-op in the new term lets earlier entries commit (Raft, section 5.4.2).
         self._append_local(None)
         self._on_leader_change()
 
+    def _lost_quorum(self) -> bool:
+        """Check-quorum: a leader that heard from no majority within an election timeout
+        steps down, so a member cut off on one side cannot keep the others waiting."""
+        if not self.timing.check_quorum or self._tracker is None:
+            return False
+        window = 2 * self.timing.election_ticks << self._timer.level
+        if self._now - self._led_since < window:
+            return False
+        heard = self._tracker.acked_since(self._now - window) + 1
+        if heard >= self.group.quorum:
+            return False
+        self._become_follower(
+            self.term,
+            None,
+            f"stepped down: only {heard} of {len(self.group.members)} members "
+            f"answered within {window} ticks",
+        )
+        return True
+
     def _on_leader_change(self) -> None:
         # Batches sent to an earlier leader may have died with its term: offer them again.
-        for queue in self._outbox.values():
-            for pending in queue:
-                pending.sent_at = None
+        self.outbox.offer_again()
         self._flush_outbox()
 
     # ------------------------------------------------------------------ votes
@@ -410,34 +469,72 @@ class OrderingNode:
     def _log_is_current(self, last_index: int, last_term: int) -> bool:
         return (last_term, last_index) >= (self.log.last_term, self.log.last_index)
 
-    def _leader_is_alive(self, request: VoteRequest) -> bool:
-        """Ignore a campaign while a live leader is known (Raft thesis 4.2.3): a member
-        that fell behind or was cut off, and campaigns again and again, must not depose a
-        leader the rest of the group still follows. Ignoring a message is always safe."""
-        if request.transfer or request.term <= self.term:
+    def _leader_is_alive(self, transfer: bool = False) -> bool:
+        """Refuse campaigns while a live leader is known (Raft thesis 4.2.3): a member
+        that fell behind or was cut off must not depose a leader the rest of the group
+        still follows. Refusing is always safe; a requested handover is not refused."""
+        if transfer:
             return False
         horizon = self._now - self.timing.election_ticks
         if self.role == Role.LEADER:
-            # Followers that answered our Appends lately; a campaigning peer does not count.
-            acked = sum(1 for at in self._acked_at.values() if at >= horizon)
-            return acked + 1 >= self.group.quorum
+            assert self._tracker is not None
+            return self._tracker.acked_since(horizon) + 1 >= self.group.quorum
         leader = self.leader
         return (
             self.role == Role.FOLLOWER
             and leader is not None
-            and self._heard_at.get(leader, _NEVER) >= horizon
+            and self._heard_at.get(leader, NEVER) >= horizon
         )
 
+    def _on_pre_vote_request(self, candidate: str, request: PreVoteRequest) -> None:
+        # Neither our term nor our timer changes: a pre-vote disturbs nobody.
+        grant = (
+            request.term > self.term
+            and not self._leader_is_alive()
+            and self._log_is_current(request.last_index, request.last_term)
+        )
+        if not grant and request.term > self.term:
+            reason = (
+                "a live leader is known"
+                if self._leader_is_alive()
+                else f"its log ({request.last_term}, {request.last_index}) is behind ours "
+                f"({self.log.last_term}, {self.log.last_index})"
+            )
+            self._event(
+                "vote-refused", f"pre-vote of {candidate} for term {request.term}: {reason}"
+            )
+        self._send(candidate, PreVoteReply(self.term, grant, request.incarnation))
+
+    def _on_pre_vote_reply(self, voter: str, reply: PreVoteReply) -> None:
+        if reply.incarnation != self.incarnation:
+            return
+        if not reply.granted:
+            if reply.term > self.term:
+                self._become_follower(reply.term, None, f"{voter} is in term {reply.term}")
+            return
+        if self.role != Role.PRE_CANDIDATE:
+            return
+        self._votes.add(voter)
+        if len(self._votes) >= self.group.quorum:
+            self._campaign()
+
     def _on_vote_request(self, candidate: str, request: VoteRequest) -> None:
+        current = self._log_is_current(request.last_index, request.last_term)
         grant = (
             request.term == self.term
             and request.term > self._vote_withheld_term
             and self.voted_for in (None, candidate)
-            and self._log_is_current(request.last_index, request.last_term)
+            and current
         )
         if grant:
             self._set_term(self.term, candidate)
-            self._reset_election_timer()
+            self._timer.reset()
+        elif request.term == self.term and not current:
+            self._event(
+                "vote-refused",
+                f"{candidate}'s log ({request.last_term}, {request.last_index}) is behind ours "
+                f"({self.log.last_term}, {self.log.last_index})",
+            )
         self._send(candidate, VoteReply(self.term, grant, request.incarnation))
 
     def _on_vote_reply(self, voter: str, reply: VoteReply) -> None:
@@ -455,6 +552,7 @@ class OrderingNode:
     # ------------------------------------------------------------------ replication
 
     def _append_local(self, batch: OriginBatch | None) -> None:
+        self._replication_due = True
         index = self.log.last_index + 1
         entry = Entry(index, self.term, batch)
         self.log.append(entry)
@@ -463,14 +561,15 @@ class OrderingNode:
 
     def _track_uncommitted(self, entry: Entry) -> None:
         if entry.batch is not None:
-            batch = entry.batch
-            self._uncommitted[(batch.origin_partition, batch.start, batch.end)] = entry.index
+            self._uncommitted[batch_key(entry.batch)] = entry.index
 
     def _mark_persist(self, index: int) -> None:
+        if self.ledger is None:
+            return  # a witness keeps nothing durable
         current = self._ready.persist_from
         self._ready.persist_from = index if current is None else min(current, index)
 
-    def _entries_for(self, peer: str, first: int, limit: int | None = None) -> list[Entry] | None:
+    def _entries_for(self, first: int, limit: int | None = None) -> list[Entry] | None:
         """Entries from ``first`` for an Append, or None while they must be loaded."""
         entries = self._entries_from(first)
         if entries is not None and limit is not None:
@@ -499,7 +598,13 @@ class OrderingNode:
             if entry is None:
                 if not self.is_witness:
                     # Load the entry before ``first`` too: its term is the Append's prev_term.
-                    span = (max(1, first - 1), upto)
+                    # Read ahead a window's worth: a lagging peer then catches up at the
+                    # pace of the pipeline, not one read per Append.
+                    ahead = min(
+                        self.log.snapshot_index,
+                        first - 1 + _READ_AHEAD_APPENDS * (self.timing.max_entries_per_append),
+                    )
+                    span = (max(1, first - 1), max(upto, ahead))
                     if span not in self._loads_asked:
                         self._loads_asked.add(span)
                         self._ready.loads.append(span)
@@ -518,10 +623,11 @@ class OrderingNode:
             term = self._loaded[index].term
         return term
 
-    def _send_append(self, peer: str, entries: list[Entry], prev_index: int) -> None:
+    def _send_append(self, peer: str, entries: list[Entry], prev_index: int) -> bool:
+        assert self._tracker is not None
         prev_term = self._term_of(prev_index)
         if prev_term is None:
-            return
+            return False
         self._send(
             peer,
             Append(
@@ -534,49 +640,51 @@ class OrderingNode:
                 self._all_durable,
             ),
         )
-        self._sent_commit[peer] = self.commit_index
+        progress = self._tracker[peer]
+        progress.sent_commit = self.commit_index
         if entries:
-            self._next[peer] = entries[-1].index + 1
+            progress.next = entries[-1].index + 1
+        return True
 
     def _replicate(self, heartbeat: bool) -> None:
         """Send each peer what it lacks; on heartbeats also repair lost messages."""
+        self._replication_due = False
+        tracker = self._tracker
+        assert tracker is not None
         self._refresh_all_durable()
         last = self.log.last_index
         for peer in self._peers:
+            pr = tracker[peer]
             if heartbeat:
-                self._probe_inflight.discard(peer)
-                stalled = self._now - self._progress_at[peer] >= self.timing.election_ticks
-                if peer not in self._probing and stalled and self._match[peer] < last:
-                    self._start_probing(peer)
-            if peer in self._probing:
-                if peer in self._probe_inflight:
+                pr.probe_sent = False
+                stalled = self._now - pr.progress_at >= self.timing.election_ticks
+                if pr.state == ProgressState.REPLICATE and stalled and pr.match < last:
+                    pr.become_probe(self._probe_floor(peer))
+            if self.group.is_witness(peer) and pr.next <= self.log.snapshot_index:
+                # A witness needs no history, only our log's shape: it takes our compacted
+                # (committed) prefix as its own and continues from there.
+                pr.next = self.log.snapshot_index + 1
+            if pr.state == ProgressState.PROBE:
+                if pr.probe_sent:
                     continue
-                self._probe_inflight.add(peer)
-                first = self._next[peer]
-                # A probe carries one entry: it may be resent every heartbeat until the
-                # peer's position is known, and must stay cheap for a peer far behind.
-                entries = self._entries_for(peer, first, 1) if first <= last else []
-                if entries is not None:
-                    self._send_append(peer, entries, first - 1)
-                    self._next[peer] = first  # probes do not advance optimistically
-            elif self._next[peer] <= last and self._window_open(peer):
-                entries = self._entries_for(peer, self._next[peer])
-                if entries is not None:
-                    self._send_append(peer, entries, self._next[peer] - 1)
-            elif heartbeat or self._sent_commit[peer] < self.commit_index:
+                pr.probe_sent = True
+                first = pr.next
+                # A probe carries one entry, and a resent one none: it goes out every
+                # heartbeat until the peer answers, and must stay cheap for a slow peer.
+                bare = pr.unanswered_probes and self._term_of(first - 1) is not None
+                entries = self._entries_for(first, 1) if first <= last and not bare else []
+                if entries is not None and self._send_append(peer, entries, first - 1):
+                    pr.unanswered_probes += 1
+                pr.next = first  # probes do not advance optimistically
+            elif pr.next <= last and pr.window_open(4 * self.timing.max_append_bytes):
+                # Bound what is in flight to a peer, in Appends and bytes (etcd's Inflights),
+                # so a slow peer's queue stays short and it hears heartbeats in time.
+                entries = self._entries_for(pr.next)
+                if entries and self._send_append(peer, entries, pr.next - 1):
+                    pr.sent(entries[-1].index, sum(_entry_size(e) for e in entries))
+            elif heartbeat or pr.sent_commit < self.commit_index:
                 # Nothing new: a bare heartbeat at a position the peer is known to hold.
-                self._send_append(peer, [], self._match[peer])
-
-    def _window_open(self, peer: str) -> bool:
-        # Bound what is in flight to a peer, so a slow peer cannot make us send the log
-        # again and again (etcd's MaxInflightMsgs plays the same role).
-        in_flight = self._next[peer] - 1 - self._match[peer]
-        return in_flight < 4 * self.timing.max_entries_per_append
-
-    def _start_probing(self, peer: str) -> None:
-        self._probing.add(peer)
-        self._probe_inflight.discard(peer)
-        self._next[peer] = self._match[peer] + 1
+                self._send_append(peer, [], pr.match)
 
     def _on_append(self, leader: str, append: Append) -> None:
         if append.term < self.term:
@@ -588,8 +696,8 @@ class OrderingNode:
             )
             return
         if self.role != Role.FOLLOWER or self.leader != leader:
-            self._become_follower(append.term, leader)
-        self._reset_election_timer()
+            self._become_follower(append.term, leader, f"{leader} leads term {append.term}")
+        self._timer.reset()
         prev_index, prev_term, entries = append.prev_index, append.prev_term, list(append.entries)
         if prev_index < self.log.snapshot_index:
             # Our compacted prefix is committed, so it matches: skip what it covers.
@@ -598,79 +706,119 @@ class OrderingNode:
             if entries and entries[0].index != prev_index + 1:
                 entries = []
         if self.log.term_at(prev_index) != prev_term:
-            hint = min(self.log.last_index, prev_index - 1)
-            self._send(
-                leader,
-                AppendReply(
-                    self.term, False, 0, hint, prev_index, append.incarnation, self.incarnation
-                ),
-            )
-            return
+            if self.is_witness and self.commit_index < prev_index <= append.commit:
+                # The leader's entry at prev_index is committed, so everything up to it is
+                # settled: a witness, which applies nothing, takes it as its new start.
+                self.log.reset(prev_index, prev_term, [])
+                self.commit_index = prev_index
+            else:
+                hint = min(self.log.last_index, prev_index - 1)
+                self._send(
+                    leader,
+                    AppendReply(
+                        self.term,
+                        False,
+                        0,
+                        hint,
+                        prev_index,
+                        append.incarnation,
+                        self.incarnation,
+                    ),
+                )
+                return
         changed = self.log.merge(entries)
         if changed is not None:
             self._mark_persist(changed)
+        applied = self.ledger.applied_index if self.ledger is not None else self.commit_index
+        for entry in entries:
+            # Only entries still to be applied: an old Append seen again must not mark a
+            # batch as on its way once its entry was applied (as a gap, say).
+            batch = entry.batch
+            if batch is not None and batch.origin == self.member and entry.index > applied:
+                self.outbox.appended(batch_key(batch))
         match = prev_index + len(entries)
         self._all_durable = max(self._all_durable, append.all_durable)
         self._known_commit = max(self._known_commit, append.commit)
         self._advance_commit(min(append.commit, match))
+        # Acknowledge at once, but only what is written (``persisted`` acknowledges the
+        # rest); ``hint_index`` says how far our log matches, for the next Append.
+        self._leader_match = max(self._leader_match, match)
+        self._leader_incarnation = append.incarnation
+        durable = min(match, self._durable_end())
+        self._reported_match = max(self._reported_match, durable)
         self._send(
-            leader, AppendReply(self.term, True, match, 0, 0, append.incarnation, self.incarnation)
+            leader,
+            AppendReply(
+                self.term,
+                True,
+                durable,
+                match,
+                0,
+                append.incarnation,
+                self.incarnation,
+                self._durable_applied,
+            ),
         )
 
     def _on_append_reply(self, peer: str, reply: AppendReply) -> None:
-        if (
-            self.role != Role.LEADER
-            or reply.term != self.term
-            or reply.incarnation != self.incarnation
-        ):
+        tracker = self._tracker
+        if tracker is None or reply.term != self.term or reply.incarnation != self.incarnation:
             return
-        if self._peer_incarnation.get(peer, reply.peer_incarnation) != reply.peer_incarnation:
-            # The peer restarted: what it acknowledged before may be gone (a witness).
-            self._match[peer] = 0
-            self._next[peer] = self.log.last_index + 1
-            self._probing.add(peer)
-        self._peer_incarnation[peer] = reply.peer_incarnation
-        self._acked_at[peer] = self._now
-        if reply.success or reply.rejected_index == self._next[peer] - 1:
+        pr = tracker[peer]
+        self._replication_due = True
+        if pr.incarnation is not None and pr.incarnation != reply.peer_incarnation:
+            pr.restarted(self.log.last_index)
+        pr.incarnation = reply.peer_incarnation
+        pr.acked_at = self._now
+        if reply.success or reply.rejected_index == pr.next - 1:
             # This answers the probe in flight (older answers must not trigger resends).
-            self._probe_inflight.discard(peer)
+            pr.probe_sent = False
+            pr.unanswered_probes = 0
         if reply.success:
-            if reply.match_index > self._match[peer]:
-                # Only a growing match is progress: heartbeats are answered while lost
-                # entries still need resending.
-                self._progress_at[peer] = self._now
-                self._match[peer] = reply.match_index
+            pr.applied = max(pr.applied, reply.applied_index)
+            if pr.update_match(reply.match_index, self._now):
                 self._leader_commit()
-            if peer in self._probing:
-                self._probing.discard(peer)
-                self._next[peer] = self._match[peer] + 1
-            else:
-                self._next[peer] = max(self._next[peer], self._match[peer] + 1)
-        elif peer not in self._probing:
-            if reply.rejected_index > self._match[peer]:
-                self._start_probing(peer)
-        elif reply.rejected_index == self._next[peer] - 1:
+            if pr.state == ProgressState.PROBE:
+                pr.become_replicate()
+            # The peer holds (not yet all written) entries up to hint_index: go on from there.
+            pr.next = max(pr.next, reply.hint_index + 1)
+        elif pr.state == ProgressState.REPLICATE:
+            if reply.rejected_index > pr.match:
+                pr.become_probe(self._probe_floor(peer))
+        elif reply.rejected_index == pr.next - 1:
             # Only the answer to the current probe moves it; older rejections are stale.
-            self._next[peer] = max(
-                self._match[peer] + 1, min(reply.rejected_index, reply.hint_index + 1)
-            )
+            pr.next = max(pr.match + 1, min(reply.rejected_index, reply.hint_index + 1))
+
+    def _probe_floor(self, peer: str) -> int:
+        return 0 if self.group.is_witness(peer) else min(self._all_durable, self.commit_index)
 
     def _leader_commit(self) -> None:
-        own = self.log.last_index
-        candidates = sorted([own, *self._match.values()], reverse=True)
-        majority_index = candidates[self.group.quorum - 1]
+        assert self._tracker is not None
+        majority_index = self._tracker.quorum_match(self._own_durable(), self.group.quorum)
         # Only entries of the current term commit by counting (Raft, figure 8).
         if majority_index > self.commit_index and self.log.term_at(majority_index) == self.term:
             self._advance_commit(majority_index)
 
+    def _own_durable(self) -> int:
+        return self._durable_end()
+
+    def _durable_end(self) -> int:
+        """Our log is written up to here (a witness, which writes nothing, counts what
+        it holds): unconfirmed writes, and the one being gathered, start after it."""
+        if self.ledger is None or (not self._unpersisted and self._ready.persist_from is None):
+            return self.log.last_index
+        starts = [first for _, first in self._unpersisted]
+        if self._ready.persist_from is not None:
+            starts.append(self._ready.persist_from)
+        return min([self.log.last_index, *(first - 1 for first in starts)])
+
     def _refresh_all_durable(self) -> None:
-        if self.role != Role.LEADER:
+        if self._tracker is None:
             return
-        durable = [
-            self.log.last_index if m == self.member else self._match[m]
-            for m in self.group.data_members
-        ]
-        self._all_durable = max(self._all_durable, min(durable))
+        durable = self._tracker.durable_floor(
+            self.group.data_members, self.member, self._own_durable()
+        )
+        self._all_durable = max(self._all_durable, durable)
 
     def _advance_commit(self, index: int) -> None:
         if index <= self.commit_index:
@@ -679,34 +827,57 @@ class OrderingNode:
             for position in range(self.commit_index + 1, index + 1):
                 batch = self.log.entry(position).batch
                 if batch is not None:
-                    self._uncommitted.pop((batch.origin_partition, batch.start, batch.end), None)
+                    self._uncommitted.pop(batch_key(batch), None)
         self.commit_index = index
+        self._replication_due = True
         if self.ledger is None:
             self._compact()
+
+    def _apply_committed(self) -> None:
+        """Hand committed entries to the shell, a bounded amount ahead of its writing."""
+        ledger = self.ledger
+        if ledger is None:
             return
-        while self.ledger.applied_index < self.commit_index:
-            delivery = self.ledger.apply(self.log.entry(self.ledger.applied_index + 1))
+        while ledger.applied_index < self.commit_index:
+            if self._applying and self._applying_bytes >= self.timing.max_apply_bytes:
+                return
+            entry = self.log.entry(ledger.applied_index + 1)
+            delivery = ledger.apply(entry)
+            size = entry.batch.size_bytes() if entry.batch is not None else 0
+            self._applying.append((entry.index, size))
+            self._applying_bytes += size
             self._ready.deliveries.append(delivery)
             where = delivery.origin_partition
             if where is not None and where[0] == self.member:
-                self._settle_outbox(delivery)
+                self.outbox.settle(where, ledger.marks.get(where, 0))
+                if delivery.verdict == BatchVerdict.GAP:
+                    # An earlier batch of ours went missing: offer everything again.
+                    self.outbox.offer_again()
 
     def _compact(self) -> None:
         if self.ledger is None:
-            # A witness keeps what some data member may still need, within a bound.
-            floor = max(self._all_durable, self.commit_index - self.timing.retained_applied)
-            upto = min(self.commit_index, floor)
+            # A witness keeps what some data member has not stored yet (it may have to
+            # lead that member up to date), within a memory bound.
+            upto = min(self.commit_index, self._all_durable)
+            excess = self.log.bytes - self.timing.witness_retained_bytes
+            if excess > 0:
+                upto = max(upto, self.log.index_after_bytes(self.log.snapshot_index + 1, excess))
+            upto = min(upto, self.commit_index)
         else:
             floor = max(self._all_durable, self._durable_applied - self.timing.retained_applied)
             upto = min(self._durable_applied, floor)
         if upto > self.log.snapshot_index:
             self.log.compact(upto)
-            span = self.timing.max_entries_per_append
+            span = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
             stale = upto - span
             # Entries read back for a lagging peer stay until they are sent (its next
             # Append starts at next - 1, for prev_term): a busy leader compacts between
             # the load and the next probe, and must not drop them meanwhile.
-            wanted = [self._next[p] - 1 for p in self._peers] if self.role == Role.LEADER else []
+            wanted = (
+                [self._tracker[p].next - 1 for p in self._peers]
+                if self._tracker is not None
+                else []
+            )
             for index in [
                 i
                 for i in self._loaded
@@ -714,60 +885,60 @@ class OrderingNode:
             ]:
                 del self._loaded[index]
 
-    # ------------------------------------------------------------------ witness handover
+    # ------------------------------------------------------------------ handing over
 
-    def _hand_over_leadership(self) -> None:
-        if self._now - self._transfer_sent_at < self.timing.election_ticks * 2:
+    def _maybe_hand_over(self) -> None:
+        """A witness leader hands leadership to a caught-up data member as soon as there
+        is one; so does a data member whose own destination has fallen far behind one
+        that writes faster (halted, say): the group then goes on at the faster pace."""
+        tracker = self._tracker
+        assert tracker is not None
+        if self._transferring():
             return
         if self.commit_index != self.log.last_index:
             return
-        for peer in self.group.data_members:
-            if self._match[peer] == self.log.last_index:
-                self._transfer_sent_at = self._now
-                self._send(peer, TimeoutNow(self.term))
+        caught_up = [
+            p
+            for p in self.group.data_members
+            if p != self.member and tracker[p].match == self.log.last_index
+        ]
+        if not caught_up:
+            return
+        target = max(caught_up, key=lambda p: tracker[p].applied)
+        if self.ledger is not None:
+            behind = self.commit_index - self._durable_applied > 2 * self.timing.max_unapplied
+            if not (behind and tracker[target].applied > self._durable_applied):
                 return
+        self._transfer_sent_at = self._now
+        self._event("step-down", f"handing leadership to {target}")
+        self._send(target, TimeoutNow(self.term))
 
-    # ------------------------------------------------------------------ recovery
+    def _transferring(self) -> bool:
+        """A handover was asked for lately: admit nothing new meanwhile (as etcd does),
+        or the target's log falls behind ours and our vote refuses it."""
+        return self._now - self._transfer_sent_at < self.timing.election_ticks * 2
+
+    # ------------------------------------------------------------------ witness recovery
 
     def _send_recover_requests(self) -> None:
-        self._recover_replies.clear()
-        for peer in self._peers:
-            self._send(peer, RecoverRequest(self.term, self._recover_nonce))
-
-    def _on_recover_request(self, sender: str, request: RecoverRequest) -> None:
-        # Everyone answers, recovering witnesses too (with their empty state): a candidate
-        # we voted for before losing our memory is either alive and knows its term, or it
-        # restarted and its old candidacy can no longer collect votes (incarnations).
-        commit_term = self.log.term_at(self.commit_index)
-        assert commit_term is not None
-        entries = tuple(self.log.slice(self.commit_index + 1, self.log.last_index))
-        self._send(
-            sender,
-            RecoverReply(self.term, request.nonce, self.commit_index, commit_term, entries),
-        )
+        assert self._recovery is not None
+        for peer, request in self._recovery.requests(self.term):
+            self._send(peer, request)
 
     def _on_recover_reply(self, sender: str, reply: RecoverReply) -> None:
-        if reply.nonce != self._recover_nonce:
+        assert self._recovery is not None
+        outcome = self._recovery.reply(sender, reply)
+        if outcome is None:
             return
-        self._recover_replies[sender] = reply
-        if any(m not in self._recover_replies for m in self._peers):
-            return
-        replies = list(self._recover_replies.values())
-        term = max(r.term for r in replies)
-
-        def freshness(r: RecoverReply) -> tuple[int, int]:
-            last = r.entries[-1] if r.entries else None
-            return (last.term, last.index) if last else (r.commit_term, r.commit_index)
-
-        best = max(replies, key=freshness)
-        self.log.reset(best.commit_index, best.commit_term, list(best.entries))
-        self.commit_index = best.commit_index
+        self.log.reset(outcome.commit_index, outcome.commit_term, list(outcome.entries))
+        self.commit_index = outcome.commit_index
         # We may have voted in `term` before we lost our memory: do not vote in it again.
-        self._vote_withheld_term = term
-        self._set_term(term, None)
+        self._vote_withheld_term = outcome.term
+        self._set_term(outcome.term, None)
         self.role = Role.FOLLOWER
-        self._recover_replies.clear()
-        self._reset_election_timer()
+        self._recovery = None
+        self._event("follower", f"recovered from every member, term {outcome.term}")
+        self._timer.reset()
 
     # ------------------------------------------------------------------ origin outbox
 
@@ -782,56 +953,53 @@ class OrderingNode:
         while self._admission and self._accept_batch(self._admission[0]):
             self._admission.popleft()
 
-    def _accept_batch(self, batch: OriginBatch) -> bool:
+    def _may_admit(self) -> bool:
         if self.log.last_index - self.commit_index >= self.timing.max_uncommitted:
             return False
+        if self._transferring():
+            return False
+        assert self._tracker is not None
+        if self.ledger is not None:
+            own = self._durable_applied
+        else:  # a witness leads only briefly; it waits for whoever applies
+            own = max((pr.applied for pr in self._tracker.peers.values()), default=0)
+        since = self._now - self.timing.election_ticks
+        applied = self._tracker.applied_by_half(self.group.data_members, self.member, own, since)
+        return self.commit_index - applied < self.timing.max_unapplied
+
+    def _accept_batch(self, batch: OriginBatch) -> bool:
         if self.ledger is not None and self.ledger.covers(batch):
             return True  # already delivered: ordering it again would only be dropped
-        if (batch.origin_partition, batch.start, batch.end) in self._uncommitted:
+        if batch_key(batch) in self._uncommitted:
             return True
+        if not self._may_admit():
+            return False
         self._append_local(batch)
         return True
 
     def _flush_outbox(self) -> None:
-        if not self._outbox or self.role == Role.RECOVERING:
+        if not len(self.outbox) or self.role == Role.RECOVERING:
             return
         if self.role == Role.LEADER:
-            for queue in self._outbox.values():
-                for pending in queue:
-                    if self._due(pending) and self._accept_batch(pending.batch):
-                        pending.sent_at = self._now
+            due = self.outbox.due(self._now)
+            for position, batch in enumerate(due):
+                if not self._accept_batch(batch):
+                    for refused in due[position:]:
+                        self.outbox.retract(batch_key(refused))
+                    return
+                self.outbox.appended(batch_key(batch))
             return
         if self.leader is None:
             return
-        due: list[OriginBatch] = []
-        for queue in self._outbox.values():
-            for pending in queue:
-                if self._due(pending):
-                    pending.sent_at = self._now
-                    due.append(pending.batch)
+        due = self.outbox.due(self._now)
         if due:
             self._send(self.leader, Forward(self.term, tuple(due)))
-
-    def _due(self, pending: _Pending) -> bool:
-        return pending.sent_at is None or self._now - pending.sent_at >= self.timing.resend_ticks
-
-    def _settle_outbox(self, delivery: Delivery) -> None:
-        where = delivery.origin_partition
-        assert where is not None and self.ledger is not None
-        queue = self._outbox.get(where)
-        if not queue:
-            return
-        mark = self.ledger.marks.get(where)
-        while queue and mark is not None and queue[0].batch.end <= mark:
-            queue.popleft()
-        if delivery.verdict == BatchVerdict.GAP:
-            # An earlier batch of ours went missing: offer everything outstanding again.
-            for pending in queue:
-                pending.sent_at = None
-        if not queue:
-            del self._outbox[where]
 
     # ------------------------------------------------------------------ plumbing
 
     def _send(self, peer: str, message: Message) -> None:
         self._ready.messages.append(Outbound(peer, message))
+
+
+def _entry_size(entry: Entry) -> int:
+    return entry.batch.size_bytes() if entry.batch is not None else 0

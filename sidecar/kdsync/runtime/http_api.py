@@ -14,9 +14,10 @@ from kdsync.transport.address import parse_address
 def build_app(sidecar: Sidecar) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         # Alive unless the sidecar failed for good (restarting it is the fix).
-        if sidecar.state.fatal:
-            return web.json_response({"ok": False, "error": sidecar.state.fatal}, status=503)
-        return web.json_response({"ok": True, "phase": sidecar.state.phase})
+        fatal = sidecar.fatal
+        if fatal:
+            return web.json_response({"ok": False, "error": fatal}, status=503)
+        return web.json_response({"ok": True, "phase": sidecar.phase})
 
     async def readyz(_: web.Request) -> web.Response:
         ready, reasons = sidecar.readiness()

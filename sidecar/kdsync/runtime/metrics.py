@@ -114,6 +114,30 @@ class SidecarMetrics:
             ["peer"],
             registry=r,
         )
+        self.elections = Counter(
+            "kdsync_elections",
+            "Election steps of this member: pre-vote (asked), campaign (pre-vote won), "
+            "leader (won), step-down (left leadership)",
+            ["step"],
+            registry=r,
+        )
+        self.votes_refused = Counter(
+            "kdsync_votes_refused",
+            "(Pre-)votes this member refused because the candidate's log was behind ours "
+            "or a live leader was known",
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "kdsync_event_loop_lag_seconds",
+            "How late the sidecar's event loop woke up (a long step on it delays heartbeats)",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
+        )
+        self.source_errors = Gauge(
+            "kdsync_source_read_errors",
+            "Errors reading this member's source topics since start (see kdsync status)",
+            registry=r,
+        )
         self.decode_errors = Counter(
             "kdsync_peer_decode_errors",
             "Peer frames that could not be decoded",

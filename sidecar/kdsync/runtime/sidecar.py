@@ -1,13 +1,14 @@
-"""One sidecar: drives an ``OrderingNode`` with real I/O, in the order the core requires.
+"""One sidecar: the asyncio wiring around a ``MemberDriver``.
 
-For every ``Ready`` of the core, strictly in sequence: persist term/vote/entries to the
-internal log topic (acknowledged by the cluster), then send the messages, then hand the
-deliveries to the delivery task, which writes them to ``T-global`` in a Kafka transaction
-together with the ledger and the source offsets, and only then tells the core they are
-applied. A crash anywhere in between is what the deterministic simulator exercises.
+Everything that decides anything lives in the driver (``kdsync.driver``) and the core,
+and runs the same way under simulation. This module only opens the member's Kafka
+cluster and the peer transport, feeds the driver ticks, frames and source batches on the
+event loop thread, runs blocking Kafka calls in worker threads (``kafka_ports``), and
+reports through metrics and ``/status``.
 
-Everything that touches the core runs on the event loop thread; blocking Kafka calls run
-in worker threads (``asyncio.to_thread``) and never touch the core.
+The event loop must stay responsive under any load (a late heartbeat costs an
+election), so no step on it runs long: frames are handled a bounded number at a time
+and the loop's own lag is measured (``kdsync_event_loop_lag_seconds``).
 """
 
 from __future__ import annotations
@@ -15,71 +16,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import random
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from typing import Any
 
 from kdsync.config import SidecarConfig
-from kdsync.kafka.errors import KafkaShellError, KafkaUnavailable, ProducerFenced, RecordTooLarge
-from kdsync.kafka.global_writer import GlobalWriter
-from kdsync.kafka.log_store import LogStore
-from kdsync.kafka.source_reader import SourceReader
-from kdsync.kafka.topics import ClusterTopics
-from kdsync.ordering import (
-    Delivery,
-    LedgerState,
-    OrderingNode,
-    OriginBatch,
-    Ready,
-    RecoveredState,
-    Role,
-)
+from kdsync.driver import FRAMES_PER_TURN, DriverLimits, DriverPorts, MemberDriver
+from kdsync.driver.report import delivery_section, node_section, readiness
+from kdsync.kafka.errors import KafkaShellError
+from kdsync.kafka.member_cluster import MemberCluster, MemberClusterSettings, open_member_cluster
+from kdsync.ordering import OrderingNode, Role
+from kdsync.runtime.kafka_ports import KafkaDeliveryPort, KafkaLogPort, KafkaSourcePort
 from kdsync.runtime.latency_window import LatencyWindow
 from kdsync.runtime.metrics import SidecarMetrics
-from kdsync.transport import LinkStatus, TransportClosed
+from kdsync.runtime.observer import SidecarObserver
+from kdsync.transport import LinkStatus, PeerTransport, TransportClosed
 from kdsync.transport.tcp import TcpTransport
-from kdsync.wire_format import WireFormatError, decode_message, encode_message
 
 log = logging.getLogger(__name__)
 
-# A member is caught up (ready) when it has applied all but this many committed entries.
-READY_LAG_ENTRIES = 256
-# Retry delays for delivery while a destination refuses a record or is unreachable.
-HALT_RETRY_SECONDS = 2.0
-UNAVAILABLE_RETRY_SECONDS = (0.2, 5.0)
-# How often the internal log topic is trimmed of entries no member needs any more.
+# How long a stopping sidecar lets an open transaction finish (its deliveries then count).
+STOP_GRACE_SECONDS = 30.0
+# How often the durable log is trimmed of entries no member needs any more.
 TRIM_SECONDS = 30.0
-# Upper bound of events in one T-global transaction (several Readys are grouped).
-MAX_EVENTS_PER_TRANSACTION = 50_000
-
-
-@dataclass
-class _Chunk:
-    """The deliveries of one ``Ready`` and the ledger right after them."""
-
-    deliveries: list[Delivery]
-    ledger: LedgerState
-
-    @property
-    def events(self) -> int:
-        return sum(len(d.events) for d in self.deliveries)
-
-
-@dataclass
-class SidecarState:
-    """What /readyz, /status and the metrics report (updated by the loop)."""
-
-    started_at: float = field(default_factory=time.time)
-    phase: str = "starting"  # starting, recovering, running, stopping, failed
-    halted: str | None = None
-    fatal: str | None = None
-    last_delivery_error: str | None = None
-    events_in: int = 0
-    events_out: int = 0
-    transactions: int = 0
-    delivered_seq: dict[str, int] = field(default_factory=dict)
+# How often the event loop's lag is sampled.
+LAG_SAMPLE_SECONDS = 0.1
 
 
 class Sidecar:
@@ -88,24 +49,17 @@ class Sidecar:
         self.member = config.member
         self.is_witness = config.is_witness
         self.metrics = SidecarMetrics()
-        self.state = SidecarState()
         self.latency = LatencyWindow()
-        self.node: OrderingNode | None = None
-        self.transport: TcpTransport | None = None
-        self._log_store: LogStore | None = None
-        self._writer: GlobalWriter | None = None
-        self._reader: SourceReader | None = None
-        self._topics: ClusterTopics | None = None
-        self._wake = asyncio.Event()
-        self._deliver_wake = asyncio.Event()
+        self.phase = "starting"  # starting, recovering, running, stopping, stopped, failed
+        self.started_at = time.time()
+        self.startup_error: str | None = None
+        self.driver: MemberDriver | None = None
+        self.transport: PeerTransport | None = None
+        self._cluster: MemberCluster | None = None
         self._stopping = asyncio.Event()
-        self._chunks: deque[_Chunk] = deque()
-        self._held: OriginBatch | None = None
-        self._loading = False
-        self._global_partitions: dict[str, int] = {}
-        self._durable_applied = 0
-        self._load_task: asyncio.Task[None] | None = None
+        self._sources_signalled = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
+        self.max_loop_lag = 0.0
         self.metrics.info.labels(config.group, self.member, str(self.is_witness).lower()).set(1)
         self.metrics.group_members.set(len(config.members))
 
@@ -113,33 +67,68 @@ class Sidecar:
 
     def request_stop(self) -> None:
         self._stopping.set()
-        self._wake.set()
-        self._deliver_wake.set()
+
+    @property
+    def fatal(self) -> str | None:
+        if self.startup_error:
+            return self.startup_error
+        return self.driver.state.fatal if self.driver is not None else None
 
     async def run(self) -> int:
         """Run until ``request_stop`` or a fatal error; returns the process exit code."""
         self._event_loop = asyncio.get_running_loop()
-        try:
-            recovered = await self._recover()
-        except KafkaShellError as exc:
-            self.state.phase = "failed"
-            self.state.fatal = str(exc)
-            log.error("%s", exc)
-            await self._close()
-            return 2
         config = self.config
-        self.node = OrderingNode(
+        recovered = None
+        if not self.is_witness:
+            self.phase = "recovering"
+            try:
+                self._cluster = await asyncio.to_thread(
+                    open_member_cluster, self._cluster_settings(), self._batches_waiting
+                )
+            except KafkaShellError as exc:
+                self.phase = "failed"
+                self.startup_error = str(exc)
+                log.error("%s", exc)
+                return 2
+            recovered = self._cluster.recovered
+        node = OrderingNode(
             self.member,
             config.group_spec(),
             config.timing(),
             incarnation=random.SystemRandom().getrandbits(62),
             recovered=recovered,
         )
-        self.transport = TcpTransport(config.transport_config())
-        await self.transport.start()
-        if self._reader is not None:
-            await asyncio.to_thread(self._reader.start)
-        self.state.phase = "running"
+        transport = TcpTransport(config.transport_config())
+        self.transport = transport
+        log_port = delivery_port = None
+        source_port = None
+        if self._cluster is not None:
+            log_port = KafkaLogPort(self._cluster.log_store)
+            delivery_port = KafkaDeliveryPort(self._cluster.writer, self.metrics)
+            source_port = KafkaSourcePort(self._cluster.reader)
+        ticks_per_second = 1000 / config.ordering.tick_ms
+        driver = MemberDriver(
+            node,
+            DriverPorts(log_port, delivery_port, source_port, transport),
+            DriverLimits(
+                halt_retry_ticks=max(1, round(2.0 * ticks_per_second)),
+                retry_ticks=(max(1, round(0.2 * ticks_per_second)), round(5 * ticks_per_second)),
+                trim_ticks=max(1, round(TRIM_SECONDS * ticks_per_second)),
+                trim_margin=4 * config.ordering.retained_applied,
+            ),
+            SidecarObserver(self.metrics, self.latency),
+            recovered.ledger if recovered is not None else None,
+        )
+        for port in (log_port, delivery_port):
+            if port is not None:
+                port.driver = driver
+        self.driver = driver
+        for topic, seq in driver.state.delivered_seq.items():
+            self.metrics.delivered_seq.labels(topic).set(seq)
+        await transport.start()
+        if self._cluster is not None:
+            await asyncio.to_thread(self._cluster.reader.start)
+        self.phase = "running"
         log.info(
             "member %s of group %s running (%s); peers %s",
             self.member,
@@ -148,13 +137,10 @@ class Sidecar:
             ", ".join(m.name for m in config.members if m.name != self.member),
         )
         tasks = [
-            asyncio.create_task(self._receive_loop(), name="receive"),
-            asyncio.create_task(self._tick_loop(), name="tick"),
-            asyncio.create_task(self._drive_loop(), name="drive"),
+            asyncio.create_task(self._receive_loop(driver, transport), name="receive"),
+            asyncio.create_task(self._tick_loop(driver), name="tick"),
+            asyncio.create_task(self._lag_loop(), name="loop-lag"),
         ]
-        if not self.is_witness:
-            tasks.append(asyncio.create_task(self._deliver_loop(), name="deliver"))
-            tasks.append(asyncio.create_task(self._trim_loop(), name="trim"))
         stop_wait = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
         code = 0
@@ -163,345 +149,117 @@ class Sidecar:
                 continue
             failure = task.exception()
             if failure is not None:
-                self.state.fatal = self.state.fatal or f"{task.get_name()} failed: {failure!r}"
-                log.error("sidecar stopping: %s", self.state.fatal, exc_info=failure)
-                code = 1
-        if self.state.fatal and code == 0:
+                driver.state.fatal = driver.state.fatal or f"{task.get_name()} failed: {failure!r}"
+                log.error("sidecar stopping: %s", driver.state.fatal, exc_info=failure)
+        if driver.state.fatal:
             code = 1
-        self.state.phase = "stopping"
-        self._stopping.set()
-        self._deliver_wake.set()
-        # Let an in-flight transaction finish (its deliveries then count as applied).
-        deliver = next((t for t in tasks if t.get_name() == "deliver"), None)
-        if deliver is not None and not deliver.done():
-            with contextlib.suppress(asyncio.TimeoutError, Exception):
-                await asyncio.wait_for(asyncio.shield(deliver), timeout=30)
+            log.error("sidecar stopping: %s", driver.state.fatal)
+        self.phase = "stopping"
+        await self._let_transaction_finish(driver)
         for task in [*tasks, stop_wait]:
             task.cancel()
         await asyncio.gather(*tasks, stop_wait, return_exceptions=True)
         await self._close()
-        self.state.phase = "stopped" if code == 0 else "failed"
+        self.phase = "stopped" if code == 0 else "failed"
         return code
 
-    async def _recover(self) -> RecoveredState | None:
-        """Data members: create topics, fence older instances, read ledger and log back."""
-        if self.is_witness:
-            return None
-        self.state.phase = "recovering"
+    def _cluster_settings(self) -> MemberClusterSettings:
         config = self.config
         kafka = config.own_member.kafka
-        assert kafka is not None
-        properties = kafka.client_properties()
-        self._topics = ClusterTopics(properties)
-        await asyncio.to_thread(self._topics.partitions)  # fail early if unreachable
-        await asyncio.to_thread(self._topics.ensure_internal, config.group)
-        self._writer = GlobalWriter(
-            properties,
+        assert kafka is not None, "a data member has a Kafka cluster"
+        return MemberClusterSettings(
+            kafka.client_properties(),
             config.group,
-            self.member,
+            config.member,
             config.topics.global_topic,
-            self._global_partition_count,
-        )
-        ledger = await asyncio.to_thread(self._writer.start)
-        self._durable_applied = ledger.applied_index
-        # Our source positions are the marks of our own origin partitions in the ledger.
-        positions = {
-            (topic, partition): mark
-            for (origin, topic, partition), mark in ledger.marks.items()
-            if origin == self.member
-        }
-        self._reader = SourceReader(
-            properties,
-            config.group,
-            self.member,
-            self._topics,
+            config.topics.global_partitions,
             config.topics.selects,
-            positions,
             config.ordering.max_batch_events,
             config.ordering.max_batch_bytes,
-            self._batches_waiting,
         )
-        self._log_store = LogStore(properties, config.group, self.member)
-        recovered_log = await asyncio.to_thread(self._log_store.recover, ledger.applied_index)
-        for topic, seq in ledger.next_seq.items():
-            self.state.delivered_seq[topic] = seq - 1
-            self.metrics.delivered_seq.labels(topic).set(seq - 1)
-        log.info(
-            "recovered: term %d, applied index %d, %d unapplied log entries, %d origin partitions",
-            recovered_log.hard_state.term,
-            ledger.applied_index,
-            len(recovered_log.entries),
-            len(ledger.marks),
-        )
-        return RecoveredState(recovered_log.hard_state, ledger, recovered_log.entries)
 
-    def _global_partition_count(self, topic: str) -> int:
-        """Partitions of ``topic``'s T-global, creating it on first use."""
-        count = self._global_partitions.get(topic)
-        if count is None:
-            assert self._topics is not None
-            name = self.config.topics.global_topic(topic)
-            wanted = self.config.topics.global_partitions
-            self._topics.ensure_global(name, wanted)
-            existing = self._topics.global_partition_count(name) or wanted
-            if existing != wanted:
-                # Partitioning must be identical in every cluster: refuse to guess.
-                raise KafkaUnavailable(
-                    f"{name} has {existing} partition(s) but topics.globalPartitions is "
-                    f"{wanted}. Fix: make them equal in every member cluster"
-                )
-            count = existing
-            self._global_partitions[topic] = count
-        return count
+    async def _let_transaction_finish(self, driver: MemberDriver) -> None:
+        driver.stopping = True
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while driver.transaction_in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # polling a condition with a deadline
 
     async def _close(self) -> None:
-        if self._reader is not None:
-            await asyncio.to_thread(self._reader.stop)
+        if self._cluster is not None:
+            await asyncio.to_thread(self._cluster.reader.stop)
         if self.transport is not None:
             await self.transport.close()
-        if self._writer is not None:
-            await asyncio.to_thread(self._writer.close)
-        if self._log_store is not None:
-            await asyncio.to_thread(self._log_store.close)
+        if self._cluster is not None:
+            await asyncio.to_thread(self._cluster.writer.close)
+            await asyncio.to_thread(self._cluster.log_store.close)
 
     # ------------------------------------------------------------------ inputs
 
     def _batches_waiting(self) -> None:
-        """Called from the reader thread."""
+        """Called from the reader thread: coalesced into one call on the loop."""
         loop = self._event_loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is closing
-                loop.call_soon_threadsafe(self._wake.set)
+        if loop is None or self._sources_signalled:
+            return
+        self._sources_signalled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            loop.call_soon_threadsafe(self._offer_sources)
 
-    async def _receive_loop(self) -> None:
-        assert self.transport is not None and self.node is not None
+    def _offer_sources(self) -> None:
+        self._sources_signalled = False
+        if self.driver is not None:
+            self.driver.sources_ready()
+            self._stop_if_fatal()
+
+    async def _receive_loop(self, driver: MemberDriver, transport: PeerTransport) -> None:
+        handled = 0
         while True:
             try:
-                frame = await self.transport.receive()
+                frame = await transport.receive()
             except TransportClosed:
                 return
-            try:
-                message = decode_message(frame.payload)
-            except WireFormatError as exc:
-                self.metrics.decode_errors.inc()
-                log.warning("dropped an undecodable frame from %s: %s", frame.peer, exc)
-                continue
-            self.node.receive(frame.peer, message)
-            self._wake.set()
+            driver.receive_frame(frame.peer, frame.payload)
+            self._stop_if_fatal()
+            handled += 1
+            if handled % FRAMES_PER_TURN == 0:
+                await asyncio.sleep(0)  # let ticks and timers run between frames
 
-    async def _tick_loop(self) -> None:
-        assert self.node is not None
+    async def _tick_loop(self, driver: MemberDriver) -> None:
         period = self.config.ordering.tick_ms / 1000
         loop = asyncio.get_running_loop()
         next_tick = loop.time() + period
         while True:
             await asyncio.sleep(max(0.0, next_tick - loop.time()))
             next_tick = max(next_tick + period, loop.time())
-            self.node.tick()
-            self._wake.set()
+            driver.tick()
+            self._stop_if_fatal()
             self._refresh_gauges()
 
-    def _offer_sources(self) -> None:
-        node, reader = self.node, self._reader
-        if node is None or reader is None:
-            return
+    async def _lag_loop(self) -> None:
+        """Measures how late the loop wakes up: a long step on it shows here."""
+        loop = asyncio.get_running_loop()
         while True:
-            batch = self._held
-            if batch is None:
-                try:
-                    batch = reader.batches.get_nowait()
-                except queue.Empty:
-                    return
-            if not node.offer(batch):
-                self._held = batch
-                return
-            self._held = None
-            self.metrics.events_in.labels(batch.topic).inc(len(batch.events))
-            self.state.events_in += len(batch.events)
+            started = loop.time()
+            await asyncio.sleep(LAG_SAMPLE_SECONDS)
+            lag = max(0.0, loop.time() - started - LAG_SAMPLE_SECONDS)
+            self.max_loop_lag = max(self.max_loop_lag, lag)
+            self.metrics.loop_lag.observe(lag)
 
-    # ------------------------------------------------------------------ outputs
-
-    async def _drive_loop(self) -> None:
-        node = self.node
-        assert node is not None and self.transport is not None
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            self._offer_sources()
-            for _ in range(64):  # bounded: let ticks and receives interleave
-                ready = node.ready()
-                if ready.is_empty():
-                    break
-                await self._handle(ready)
-
-    async def _handle(self, ready: Ready) -> None:
-        assert self.transport is not None
-        if self._log_store is not None and (
-            ready.hard_state is not None or ready.persist_from is not None
-        ):
-            await asyncio.to_thread(
-                self._log_store.persist, ready.hard_state, ready.entries, ready.persist_from
-            )
-        for out in ready.messages:
-            self.transport.send(out.to, encode_message(out.message))
-        if ready.loads and self._log_store is not None and not self._loading:
-            self._loading = True
-            self._load_task = asyncio.create_task(self._load(ready.loads))
-        if ready.deliveries:
-            assert ready.ledger is not None
-            self._chunks.append(_Chunk(ready.deliveries, ready.ledger))
-            self._deliver_wake.set()
-
-    async def _load(self, spans: list[tuple[int, int]]) -> None:
-        assert self._log_store is not None and self.node is not None
-        try:
-            for first, last in spans:
-                entries = await asyncio.to_thread(self._log_store.load, first, last)
-                self.node.entries_loaded(entries)
-        except KafkaShellError as exc:
-            log.warning("reading log entries back failed (retried later): %s", exc)
-            self.node.entries_loaded([])
-        finally:
-            self._loading = False
-            self._wake.set()
-
-    async def _deliver_loop(self) -> None:
-        writer, node = self._writer, self.node
-        assert writer is not None and node is not None
-        backoff = UNAVAILABLE_RETRY_SECONDS[0]
-        while True:
-            if not self._chunks:
-                if self._stopping.is_set():
-                    return
-                await self._deliver_wake.wait()
-                self._deliver_wake.clear()
-                continue
-            take: list[_Chunk] = []
-            events = 0
-            for chunk in self._chunks:
-                if take and events + chunk.events > MAX_EVENTS_PER_TRANSACTION:
-                    break
-                take.append(chunk)
-                events += chunk.events
-            deliveries = [d for chunk in take for d in chunk.deliveries]
-            try:
-                result = await asyncio.to_thread(writer.write, deliveries, take[-1].ledger)
-            except RecordTooLarge as exc:
-                self._halt(str(exc))
-                if await self._pause(HALT_RETRY_SECONDS):
-                    return
-                continue
-            except ProducerFenced as exc:
-                self.state.fatal = str(exc)
-                raise
-            except KafkaUnavailable as exc:
-                self.state.last_delivery_error = str(exc)
-                self.metrics.transactions.labels("failed").inc()
-                log.warning("delivery failed, retrying in %.1fs: %s", backoff, exc)
-                if await self._pause(backoff):
-                    return
-                backoff = min(backoff * 2, UNAVAILABLE_RETRY_SECONDS[1])
-                continue
-            backoff = UNAVAILABLE_RETRY_SECONDS[0]
-            for _ in take:
-                self._chunks.popleft()
-            self._delivered(deliveries, take[-1].ledger, result.seconds)
-            self._durable_applied = deliveries[-1].index
-            node.applied(deliveries[-1].index)
-            if self._reader is not None:
-                own = take[-1].ledger.marks
-                self._reader.commit(
-                    {(t, p): mark for (o, t, p), mark in own.items() if o == self.member}
-                )
-            self._wake.set()
-
-    async def _pause(self, seconds: float) -> bool:
-        """Wait before a retry, but wake at once on stop; True when stopping."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
-        return self._stopping.is_set()
-
-    def _halt(self, reason: str) -> None:
-        if self.state.halted != reason:
-            log.error("delivery halted: %s", reason)
-            self.metrics.halted.clear()
-            self.metrics.halted.labels("record_too_large").set(1)
-        self.state.halted = reason
-        self.metrics.transactions.labels("refused").inc()
-
-    def _delivered(self, deliveries: list[Delivery], ledger: LedgerState, seconds: float) -> None:
-        if self.state.halted is not None:
-            log.info("delivery resumed")
-            self.state.halted = None
-            self.metrics.halted.clear()
-        self.state.last_delivery_error = None
-        self.metrics.commit_seconds.observe(seconds)
-        self.metrics.transactions.labels("committed").inc()
-        self.state.transactions += 1
-        now_ms = time.time() * 1000
-        counts: dict[str, int] = {}
-        for delivery in deliveries:
-            for delivered in delivery.events:
-                counts[delivered.topic] = counts.get(delivered.topic, 0) + 1
-                timestamp = delivered.event.timestamp_ms
-                if timestamp > 0:
-                    latency = max(0.0, now_ms - timestamp)
-                    self.metrics.latency.observe(latency / 1000)
-                    self.latency.add(latency)
-        for topic, count in counts.items():
-            self.metrics.events_out.labels(topic).inc(count)
-            self.state.events_out += count
-        for topic, seq in ledger.next_seq.items():
-            self.state.delivered_seq[topic] = seq - 1
-            self.metrics.delivered_seq.labels(topic).set(seq - 1)
-
-    async def _trim_loop(self) -> None:
-        node, store = self.node, self._log_store
-        assert node is not None and store is not None
-        margin = 4 * self.config.ordering.retained_applied
-        while True:
-            await asyncio.sleep(TRIM_SECONDS)
-            applied = self.applied_index
-            below = min(node.all_durable, applied) - margin
-            if below > 1:
-                await asyncio.to_thread(store.trim, below)
+    def _stop_if_fatal(self) -> None:
+        if self.driver is not None and self.driver.state.fatal:
+            self._stopping.set()
 
     # ------------------------------------------------------------------ reporting
 
-    @property
-    def applied_index(self) -> int:
-        """The last log index whose deliveries are committed to T-global."""
-        return self._durable_applied
-
     def readiness(self) -> tuple[bool, list[str]]:
-        """Ready = in a majority view, following a leader, caught up and not halted."""
-        node = self.node
-        if node is None or self.state.phase != "running":
-            return False, [f"phase {self.state.phase}"]
-        reasons: list[str] = []
-        status = node.status()
-        view = node.view()
-        quorum = node.group.quorum
-        if status.role == Role.RECOVERING:
-            reasons.append("witness still recovering its state from the other members")
-        if len(view) < quorum:
-            reasons.append(f"in a view of {len(view)} member(s), a majority is {quorum}")
-        if status.leader is None:
-            reasons.append("no leader known")
-        if self.state.halted:
-            reasons.append(f"delivery halted: {self.state.halted}")
-        if node.ledger is not None:
-            lag = node.known_commit - self.applied_index
-            if lag > READY_LAG_ENTRIES:
-                reasons.append(f"catching up: {lag} committed entries not yet applied")
-        if self.state.fatal:
-            reasons.append(self.state.fatal)
-        return not reasons, reasons
+        if self.startup_error:
+            return False, [self.startup_error]
+        return readiness(self.phase, self.driver)
 
     def _refresh_gauges(self) -> None:
-        node = self.node
-        if node is None:
+        driver = self.driver
+        if driver is None:
             return
+        node = driver.node
         status = node.status()
         m = self.metrics
         m.term.set(status.term)
@@ -511,72 +269,45 @@ class Sidecar:
         for member in node.group.members:
             m.view_member.labels(member).set(1 if member in view else 0)
         m.commit_index.set(status.commit_index)
-        m.applied_index.set(self.applied_index)
-        lag = self.member_lag()
-        for member, entries in lag.items():
+        m.applied_index.set(driver.state.durable_applied)
+        for member, entries in node_section(driver)["memberLag"].items():
             m.member_lag.labels(member).set(entries)
         if self.transport is not None:
             for peer in self.transport.peer_states().values():
                 m.peer_connected.labels(peer.peer).set(
                     1 if peer.outbound == LinkStatus.CONNECTED else 0
                 )
+        if self._cluster is not None:
+            m.source_errors.set(self._cluster.reader.errors)
         m.ready.set(1 if self.readiness()[0] else 0)
 
-    def member_lag(self) -> dict[str, int]:
-        node = self.node
-        if node is None:
-            return {}
-        status = node.status()
-        lag: dict[str, int] = {}
-        if status.role == Role.LEADER:
-            for peer, match in node.peer_match().items():
-                lag[peer] = max(0, status.last_index - match)
-        if node.ledger is not None:
-            lag[self.member] = max(0, node.known_commit - self.applied_index)
-        else:
-            lag[self.member] = max(0, node.known_commit - status.commit_index)
-        return lag
-
-    def status_document(self) -> dict[str, object]:
+    def status_document(self) -> dict[str, Any]:
         """The JSON served at /status and printed by ``kdsync status``."""
-        node = self.node
         ready, reasons = self.readiness()
-        doc: dict[str, object] = {
+        doc: dict[str, Any] = {
             "group": self.config.group,
             "member": self.member,
             "witness": self.is_witness,
-            "phase": self.state.phase,
+            "phase": self.phase,
             "ready": ready,
             "notReadyReasons": reasons,
-            "halted": self.state.halted,
-            "fatal": self.state.fatal,
-            "lastDeliveryError": self.state.last_delivery_error,
-            "uptimeSeconds": round(time.time() - self.state.started_at, 1),
-            "eventsIn": self.state.events_in,
-            "eventsOut": self.state.events_out,
-            "transactions": self.state.transactions,
-            "deliveredSeq": dict(self.state.delivered_seq),
+            "halted": None,
+            "fatal": self.fatal,
+            "lastDeliveryError": None,
+            "uptimeSeconds": round(time.time() - self.started_at, 1),
             "latencyMs": {
                 "p50": self.latency.percentile(0.50),
                 "p99": self.latency.percentile(0.99),
                 "samples": self.latency.count,
             },
+            "maxEventLoopLagSeconds": round(self.max_loop_lag, 3),
         }
-        if node is not None:
-            status = node.status()
-            doc.update(
-                {
-                    "role": status.role.value,
-                    "term": status.term,
-                    "leader": status.leader,
-                    "view": sorted(node.view()),
-                    "members": list(node.group.members),
-                    "commitIndex": status.commit_index,
-                    "knownCommit": node.known_commit,
-                    "appliedIndex": self.applied_index,
-                    "memberLag": self.member_lag(),
-                }
-            )
+        doc.update(delivery_section(self.driver))
+        if self.driver is not None:
+            doc.update(node_section(self.driver))
+        if self._cluster is not None:
+            doc["sourceReadErrors"] = self._cluster.reader.errors
+            doc["lastSourceError"] = self._cluster.reader.last_error
         if self.transport is not None:
             doc["peers"] = {
                 p.peer: {"link": p.outbound.value, "lastError": p.last_error}

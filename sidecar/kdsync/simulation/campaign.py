@@ -21,6 +21,7 @@ class CampaignResult:
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     by_size: dict[int, int] = field(default_factory=dict)
+    by_shape: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -29,26 +30,30 @@ class CampaignResult:
     def summary(self) -> str:
         rate = self.scenarios / self.seconds if self.seconds else 0.0
         sizes = ", ".join(f"{n} members: {c}" for n, c in sorted(self.by_size.items()))
+        shapes = ", ".join(f"{s}: {c}" for s, c in sorted(self.by_shape.items()))
         lines = [
-            f"{self.scenarios} scenarios ({sizes}), {self.events} events, "
+            f"{self.scenarios} scenarios ({sizes}; {shapes}), {self.events} events, "
             f"{self.seconds:.1f} s, {rate:.0f} scenarios/s, {len(self.failures)} failed"
         ]
         lines.extend(self.failures[:20])
         return "\n".join(lines)
 
 
-def _run_chunk(first: int, count: int) -> tuple[int, dict[int, int], list[str]]:
+def _run_chunk(first: int, count: int) -> tuple[int, dict[int, int], dict[str, int], list[str]]:
     events = 0
     sizes: dict[int, int] = {}
+    shapes: dict[str, int] = {}
     failures: list[str] = []
     for seed in range(first, first + count):
         outcome = run_scenario(make_scenario(seed))
         events += outcome.events
         size = len(outcome.scenario.group.members)
         sizes[size] = sizes.get(size, 0) + 1
+        shape = outcome.scenario.shape
+        shapes[shape] = shapes.get(shape, 0) + 1
         if not outcome.ok:
             failures.append(outcome.report())
-    return events, sizes, failures
+    return events, sizes, shapes, failures
 
 
 def run_campaign(
@@ -61,13 +66,15 @@ def run_campaign(
         for seed in range(first_seed, first_seed + scenarios, _CHUNK)
     ]
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        for (_, count), (events, sizes, failures) in zip(
+        for (_, count), (events, sizes, shapes, failures) in zip(
             chunks, pool.map(_run_chunk, *zip(*chunks, strict=True)), strict=True
         ):
             result.scenarios += count
             result.events += events
             for size, n in sizes.items():
                 result.by_size[size] = result.by_size.get(size, 0) + n
+            for shape, n in shapes.items():
+                result.by_shape[shape] = result.by_shape.get(shape, 0) + n
             result.failures.extend(failures)
             if progress:
                 elapsed = time.monotonic() - started

@@ -1,22 +1,44 @@
-"""A simulated sidecar: the real ``OrderingNode`` inside a shell that keeps exactly what
-a member's own Kafka cluster would keep across a crash (``SimKafka``)."""
+"""A simulated sidecar: the production ``MemberDriver`` and ``OrderingNode`` behind
+simulated ports that keep exactly what a member's own Kafka cluster would keep across a
+crash (``SimKafka``).
+
+The ports complete after seeded delays, like Kafka round trips and transactions do, and a
+crash may strike while any of them is in flight. An in-flight write may or may not have
+become durable when its process died (a transaction committed whose answer was lost is
+the case that matters most), so a crash decides that with the seed, too.
+
+A member also models the process it runs in, an event loop on a limited CPU: frames wait
+in an inbox and cost work to handle (decoding is what costs a real sidecar its CPU). The
+loop handles them in turns of at most ``frames_per_turn``; a tick fires only when the loop
+is free, so a long turn delays it, and ticks that fall in a busy or stalled stretch are
+lost, as the runtime's tick loop loses them. The whole process can also stall for a
+while (a paused VM, a garbage collection).
+"""
 
 from __future__ import annotations
 
 import random
 from bisect import bisect_left
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kdsync.driver import (
+    FRAMES_PER_TURN,
+    DriverLimits,
+    DriverPorts,
+    MemberDriver,
+    SourcePartition,
+)
 from kdsync.ordering import (
     DeliveredEvent,
+    Delivery,
     Entry,
     GroupSpec,
     HardState,
     LedgerState,
     OrderingNode,
     OriginBatch,
-    Ready,
     RecoveredState,
     SourceEvent,
     Timing,
@@ -24,28 +46,83 @@ from kdsync.ordering import (
 from kdsync.simulation.network import SimNetwork
 
 NodeFactory = Callable[[str, GroupSpec, Timing, int, RecoveredState | None], OrderingNode]
+DriverFactory = Callable[
+    [OrderingNode, DriverPorts, DriverLimits, LedgerState | None], MemberDriver
+]
+
+
+def production_driver(
+    node: OrderingNode, ports: DriverPorts, limits: DriverLimits, ledger: LedgerState | None
+) -> MemberDriver:
+    return MemberDriver(node, ports, limits, recovered_ledger=ledger)
 
 
 @dataclass
 class SimKafka:
     """The durable state of one data member: what survives a sidecar crash."""
 
-    sources: dict[tuple[str, int], list[SourceEvent]] = field(default_factory=dict)
+    sources: dict[SourcePartition, list[SourceEvent]] = field(default_factory=dict)
     hard_state: HardState = field(default_factory=HardState)
     log: list[Entry] = field(default_factory=list)  # the internal log topic
     # The ledger is written in the same Kafka transaction as the global topics.
     ledger: LedgerState = field(default_factory=LedgerState)
     globals: dict[str, list[DeliveredEvent]] = field(default_factory=dict)
-    committed: dict[tuple[str, int], int] = field(default_factory=dict)  # source positions
+    committed: dict[SourcePartition, int] = field(default_factory=dict)  # consumer group
+    # Source offsets committed beyond what T-global holds (must never happen).
+    positions_ahead: list[str] = field(default_factory=list)
 
     def recovered(self) -> RecoveredState:
+        """What the sidecar reads back: as kdsync.kafka.log_store does, only the entries
+        that run on without a hole from the applied index (a trimmed log may have one)."""
         after = self.ledger.applied_index
-        entries = tuple(e for e in self.log if e.index > after)
-        return RecoveredState(self.hard_state, self.ledger, entries)
+        entries: list[Entry] = []
+        for entry in sorted((e for e in self.log if e.index > after), key=_index):
+            if entry.index != after + 1 + len(entries):
+                break
+            entries.append(entry)
+        return RecoveredState(self.hard_state, self.ledger, tuple(entries))
+
+    def persist(self, hard: HardState | None, entries: list[Entry], start: int | None) -> None:
+        if hard is not None:
+            self.hard_state = hard
+        if start is not None:
+            self.log = [e for e in self.log if e.index < start] + entries
+
+    def commit_transaction(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
+        for delivery in deliveries:
+            for delivered in delivery.events:
+                self.globals.setdefault(delivered.topic, []).append(delivered)
+        self.ledger = ledger
+
+    def commit_positions(self, member: str, positions: Mapping[SourcePartition, int]) -> None:
+        marks = self.ledger.positions_of(member)
+        for where, position in positions.items():
+            if position > marks.get(where, 0):
+                self.positions_ahead.append(
+                    f"{where} committed at {position}, T-global holds up to {marks.get(where)}"
+                )
+            self.committed[where] = max(self.committed.get(where, 0), position)
 
 
-class CrashPoint(Exception):
-    """Raised inside ready-processing to model a crash between two of its steps."""
+@dataclass(frozen=True, slots=True)
+class SimCosts:
+    """How long a member's I/O takes, in ticks, and how much work it does per tick."""
+
+    persist_ticks: int = 0  # internal log write, acks=all
+    transaction_ticks: int = 0  # fixed cost of one T-global transaction
+    events_per_tick: int = 0  # transaction throughput (0: unlimited)
+    load_ticks: int = 0  # reading entries back
+    work_per_tick: int = 0  # CPU per tick, in work units (0: unlimited)
+    frames_per_turn: int = FRAMES_PER_TURN  # frames handled before a tick may fire
+    stalls: tuple[tuple[int, int], ...] = ()  # [start, end) ticks the process is frozen
+
+
+@dataclass(slots=True)
+class _Pending:
+    due: int
+    kind: str  # "persist", "write", "load"
+    apply: Callable[[], None]  # makes the operation durable / reads its result
+    complete: Callable[[], None]  # tells the driver
 
 
 class SimMember:
@@ -58,6 +135,9 @@ class SimMember:
         rng: random.Random,
         factory: NodeFactory,
         max_batch_events: int,
+        limits: DriverLimits,
+        costs: SimCosts | None = None,
+        driver_factory: DriverFactory = production_driver,
     ) -> None:
         self.name = name
         self.group = group
@@ -65,94 +145,230 @@ class SimMember:
         self.network = network
         self.rng = rng
         self.factory = factory
+        self.driver_factory = driver_factory
         self.max_batch_events = max_batch_events
+        self.limits = limits
+        self.costs = costs or SimCosts()
         self.is_witness = group.is_witness(name)
         self.kafka = SimKafka()
-        self.node: OrderingNode | None = None
-        self.positions: dict[tuple[str, int], int] = {}
-        self.crash_in_ready = 0.0  # chance to die part-way through handling a Ready
+        self.driver: MemberDriver | None = None
+        self.crash_in_ready = 0.0  # chance to die when an operation completes
         self.incarnations = 0
+        self.now = 0
+        self._inbox: deque[tuple[str, bytes]] = deque()
+        self._cpu = 0  # work units left this tick; below zero: a long step runs on
+        self._pending: list[_Pending] = []
+        self._read: dict[SourcePartition, int] = {}  # the source reader's positions
+        self._batches: deque[OriginBatch] = deque()  # the reader's bounded queue
         self.start()
+
+    # ------------------------------------------------------------------ lifecycle
 
     @property
     def up(self) -> bool:
-        return self.node is not None
+        return self.driver is not None
+
+    @property
+    def node(self) -> OrderingNode | None:
+        return self.driver.node if self.driver is not None else None
 
     def start(self) -> None:
         self.incarnations += 1
         incarnation = self.rng.getrandbits(62)
         recovered = None if self.is_witness else self.kafka.recovered()
-        self.node = self.factory(self.name, self.group, self.timing, incarnation, recovered)
-        # The source consumer resumes from the positions committed with the last delivery.
-        self.positions = {tp: self.kafka.committed.get(tp, 0) for tp in self.kafka.sources}
+        node = self.factory(self.name, self.group, self.timing, incarnation, recovered)
+        ports = DriverPorts(
+            None if self.is_witness else _SimLogPort(self),
+            None if self.is_witness else _SimDeliveryPort(self),
+            None if self.is_witness else _SimSourcePort(self),
+            _SimFrames(self),
+        )
+        ledger = recovered.ledger if recovered is not None else None
+        self.driver = self.driver_factory(node, ports, self.limits, ledger)
+        # The source reader resumes at the ledger's marks, as the sidecar's does.
+        marks = self.kafka.ledger.positions_of(self.name)
+        self._read = {tp: marks.get(tp, 0) for tp in self.kafka.sources}
+        self._batches.clear()
+        self._inbox.clear()
 
     def crash(self) -> None:
-        self.node = None
+        """The process dies: in-flight writes are durable or not, as the seed decides."""
+        for pending in self._pending:
+            if pending.kind != "load" and self.rng.random() < 0.5:
+                pending.apply()
+        self._pending.clear()
+        self._inbox.clear()
+        self._batches.clear()
+        self.driver = None
 
-    def process(self, now: int) -> None:
-        """Drive the node's outputs the way the real shell does, in the same order."""
-        node = self.node
-        if node is None:
+    # ------------------------------------------------------------------ one tick
+
+    def deliver(self, sender: str, frame: bytes) -> None:
+        if self.driver is not None:
+            self._inbox.append((sender, frame))
+
+    def stalled(self, now: int) -> bool:
+        return any(start <= now < end for start, end in self.costs.stalls)
+
+    def step(self, now: int) -> None:
+        """One tick of the process: completions, the tick, source reads, then frames in
+        turns while CPU is left. A busy loop (a turn that overran) loses the tick."""
+        self.now = now
+        if self.driver is None or self.stalled(now):
             return
-        for _ in range(64):  # loads can produce another Ready; bounded for safety
-            ready = node.ready()
-            if ready.is_empty():
-                return
-            try:
-                self._handle(now, node, ready)
-            except CrashPoint:
+        budget = self.costs.work_per_tick
+        if budget:
+            self._cpu = min(self._cpu + budget, budget)
+            if self._cpu <= 0:
+                return  # still inside a long step: this tick is lost
+        if not self._complete_due(now):
+            return
+        driver = self.driver
+        assert driver is not None
+        driver.tick()
+        if not self.is_witness and (self._read_sources() or self._batches):
+            driver.sources_ready()
+        while self._inbox and self.driver is not None and (not budget or self._cpu > 0):
+            self._handle_turn()
+
+    def _complete_due(self, now: int) -> bool:
+        """Completions whose time has come, in order; False when the member crashed."""
+        while self._pending and self._pending[0].due <= now:
+            pending = self._pending.pop(0)
+            if self.crash_in_ready and self.rng.random() < self.crash_in_ready:
+                self._pending.insert(0, pending)
                 self.crash()
+                return False
+            pending.apply()
+            pending.complete()
+            if self.driver is None:
+                return False
+        return True
+
+    def _handle_turn(self) -> None:
+        """Frames back to back, as the runtime's receive loop takes them, up to a turn."""
+        for _ in range(self.costs.frames_per_turn):
+            if not self._inbox or self.driver is None:
                 return
+            sender, frame = self._inbox.popleft()
+            # Decoding is the work: one unit per frame and per ~128 bytes (a few events).
+            self._cpu -= 1 + len(frame) // 128
+            self.driver.receive_frame(sender, frame)
 
-    def _maybe_crash(self) -> None:
-        if self.crash_in_ready and self.rng.random() < self.crash_in_ready:
-            raise CrashPoint
-
-    def _handle(self, now: int, node: OrderingNode, ready: Ready) -> None:
-        kafka = self.kafka
-        if not self.is_witness:
-            if ready.hard_state is not None:
-                kafka.hard_state = ready.hard_state
-            if ready.persist_from is not None:
-                keep = [e for e in kafka.log if e.index < ready.persist_from]
-                kafka.log = keep + ready.entries
-            self._maybe_crash()
-        for out in ready.messages:
-            self.network.send(now, self.name, out.to, out.message)
-        if ready.loads:
-            wanted = {i for first, last in ready.loads for i in range(first, last + 1)}
-            node.entries_loaded([e for e in kafka.log if e.index in wanted])
-        if ready.deliveries:
-            self._maybe_crash()
-            assert ready.ledger is not None
-            # One Kafka transaction: global topics, the ledger and our source offsets.
-            for delivery in ready.deliveries:
-                for delivered in delivery.events:
-                    kafka.globals.setdefault(delivered.topic, []).append(delivered)
-            kafka.ledger = ready.ledger
-            for (origin, topic, partition), mark in ready.ledger.marks.items():
-                if origin == self.name:
-                    kafka.committed[(topic, partition)] = mark
-            node.applied(ready.deliveries[-1].index)
-
-    def read_sources(self) -> None:
-        """The source consumer: offer new events of our topics in batches."""
-        node = self.node
-        if node is None or self.is_witness:
-            return
+    def _read_sources(self) -> bool:
+        """The source reader: batches of new events into a bounded queue; True if any."""
+        read = False
         for (topic, partition), events in self.kafka.sources.items():
-            position = self.positions.get((topic, partition), 0)
+            position = self._read.get((topic, partition), 0)
             first = bisect_left(events, position, key=_offset)
-            while first < len(events):
+            while first < len(events) and len(self._batches) < 64:
                 take = events[first : first + self.rng.randint(1, self.max_batch_events)]
                 end = take[-1].offset + 1
-                batch = OriginBatch(self.name, topic, partition, position, end, False, tuple(take))
-                if not node.offer(batch):
-                    break
+                self._batches.append(
+                    OriginBatch(self.name, topic, partition, position, end, False, tuple(take))
+                )
                 position = end
                 first += len(take)
-            self.positions[(topic, partition)] = position
+                read = True
+            self._read[(topic, partition)] = position
+        return read
+
+    def _schedule(self, pending: _Pending) -> None:
+        # Operations of one kind complete in the order they started (one client each).
+        last_due = max((p.due for p in self._pending if p.kind == pending.kind), default=0)
+        pending.due = max(pending.due, last_due)
+        index = len(self._pending)
+        while index > 0 and self._pending[index - 1].due > pending.due:
+            index -= 1
+        self._pending.insert(index, pending)
+
+
+class _SimLogPort:
+    def __init__(self, member: SimMember) -> None:
+        self.m = member
+
+    def persist(
+        self, hard_state: HardState | None, entries: list[Entry], truncate_from: int | None
+    ) -> None:
+        m = self.m
+        driver = m.driver
+        assert driver is not None
+        m._schedule(
+            _Pending(
+                m.now + m.costs.persist_ticks,
+                "persist",
+                lambda: m.kafka.persist(hard_state, entries, truncate_from),
+                driver.log_persisted,
+            )
+        )
+
+    def load(self, spans: list[tuple[int, int]]) -> None:
+        m = self.m
+        driver = m.driver
+        assert driver is not None
+        found: list[Entry] = []
+        wanted = {i for first, last in spans for i in range(first, last + 1)}
+
+        def read() -> None:
+            found.extend(e for e in m.kafka.log if e.index in wanted)
+
+        m._schedule(
+            _Pending(m.now + m.costs.load_ticks, "load", read, lambda: driver.entries_loaded(found))
+        )
+
+    def trim(self, below_index: int) -> None:
+        kafka = self.m.kafka
+        kafka.log = [e for e in kafka.log if e.index >= below_index]
+
+
+class _SimDeliveryPort:
+    def __init__(self, member: SimMember) -> None:
+        self.m = member
+
+    def write(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
+        m = self.m
+        driver = m.driver
+        assert driver is not None
+        costs = m.costs
+        ticks = costs.transaction_ticks
+        if costs.events_per_tick:
+            ticks += sum(len(d.events) for d in deliveries) // costs.events_per_tick
+        m._schedule(
+            _Pending(
+                m.now + ticks,
+                "write",
+                lambda: m.kafka.commit_transaction(deliveries, ledger),
+                driver.transaction_committed,
+            )
+        )
+
+
+class _SimSourcePort:
+    def __init__(self, member: SimMember) -> None:
+        self.m = member
+
+    def take(self) -> OriginBatch | None:
+        batches = self.m._batches
+        return batches.popleft() if batches else None
+
+    def commit(self, positions: Mapping[SourcePartition, int]) -> None:
+        self.m.kafka.commit_positions(self.m.name, positions)
+
+
+class _SimFrames:
+    """``PeerTransport.send`` over the simulated network."""
+
+    def __init__(self, member: SimMember) -> None:
+        self.m = member
+
+    def send(self, peer: str, frame: bytes) -> bool:
+        self.m.network.send(self.m.now, self.m.name, peer, frame)
+        return True
 
 
 def _offset(event: SourceEvent) -> int:
     return event.offset
+
+
+def _index(entry: Entry) -> int:
+    return entry.index

@@ -1,12 +1,11 @@
-"""A seeded network that delays, drops, duplicates, reorders and partitions messages."""
+"""A seeded network that delays, drops, duplicates, reorders and partitions frames (the
+encoded peer messages, exactly as the sidecar sends them)."""
 
 from __future__ import annotations
 
 import heapq
 import random
 from dataclasses import dataclass
-
-from kdsync.ordering import Message
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +22,7 @@ class SimNetwork:
     def __init__(self, rng: random.Random, faults: LinkFaults) -> None:
         self._rng = rng
         self.faults = faults
-        self._queue: list[tuple[int, int, str, str, Message]] = []
+        self._queue: list[tuple[int, int, str, str, bytes]] = []
         self._counter = 0
         self._cut: set[frozenset[str]] = set()
         self._link_clock: dict[tuple[str, str], int] = {}
@@ -41,7 +40,7 @@ class SimNetwork:
     def connected(self, a: str, b: str) -> bool:
         return frozenset((a, b)) not in self._cut
 
-    def send(self, now: int, sender: str, receiver: str, message: Message) -> None:
+    def send(self, now: int, sender: str, receiver: str, frame: bytes) -> None:
         self.sent += 1
         faults = self.faults
         if not self.connected(sender, receiver) or (
@@ -58,16 +57,16 @@ class SimNetwork:
                 at = max(at, self._link_clock.get(link, 0))
                 self._link_clock[link] = at
             self._counter += 1
-            heapq.heappush(self._queue, (at, self._counter, sender, receiver, message))
+            heapq.heappush(self._queue, (at, self._counter, sender, receiver, frame))
 
-    def due(self, now: int) -> list[tuple[str, str, Message]]:
-        """Messages due by ``now``; a partition formed meanwhile still cuts them."""
-        out: list[tuple[str, str, Message]] = []
+    def due(self, now: int) -> list[tuple[str, str, bytes]]:
+        """Frames due by ``now``; a partition formed meanwhile still cuts them."""
+        out: list[tuple[str, str, bytes]] = []
         queue = self._queue
         while queue and queue[0][0] <= now:
-            _, _, sender, receiver, message = heapq.heappop(queue)
+            _, _, sender, receiver, frame = heapq.heappop(queue)
             if self.connected(sender, receiver):
-                out.append((sender, receiver, message))
+                out.append((sender, receiver, frame))
         return out
 
     def in_flight(self) -> int:

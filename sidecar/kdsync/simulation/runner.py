@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from kdsync.ordering import OrderingNode, Role, SourceEvent
 from kdsync.simulation.checker import EventId, Violation, check_properties
-from kdsync.simulation.member import NodeFactory, SimMember
+from kdsync.simulation.member import DriverFactory, NodeFactory, SimMember, production_driver
 from kdsync.simulation.network import LinkFaults, SimNetwork
 from kdsync.simulation.scenario import Fault, Scenario
 
@@ -20,6 +20,7 @@ class Outcome:
     ticks: int
     messages: int
     settled_after: int | None  # ticks after healing until everything was delivered
+    drivers: frozenset[type] = frozenset()  # the driver classes the members ran
 
     @property
     def ok(self) -> bool:
@@ -34,7 +35,11 @@ class Outcome:
         return "\n".join(lines)
 
 
-def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Outcome:
+def run_scenario(
+    scenario: Scenario,
+    factory: NodeFactory = OrderingNode,
+    driver_factory: DriverFactory = production_driver,
+) -> Outcome:
     rng = random.Random(scenario.seed ^ 0x5EED)
     network = SimNetwork(random.Random(rng.getrandbits(64)), scenario.link)
     members = {
@@ -46,6 +51,9 @@ def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Out
             random.Random(rng.getrandbits(64)),
             factory,
             scenario.max_batch_events,
+            scenario.limits,
+            scenario.costs.get(name),
+            driver_factory,
         )
         for name in scenario.group.members
     }
@@ -66,7 +74,9 @@ def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Out
     def produce(at: list[SimMember]) -> None:
         for member in at:
             for (topic, partition), events in member.kafka.sources.items():
-                if rng.random() < scenario.produce_rate:
+                if rng.random() >= scenario.produce_rate:
+                    continue
+                for _ in range(scenario.burst):
                     key = (member.name, topic, partition)
                     offset = next_offset[key]
                     # Offsets skip now and then, as transaction markers make them do.
@@ -84,16 +94,10 @@ def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Out
     def step() -> None:
         clock[0] += 1
         now = clock[0]
-        for sender, receiver, message in network.due(now):
-            target = members[receiver]
-            if target.node is not None:
-                target.node.receive(sender, message)
-                target.process(now)
+        for sender, receiver, frame in network.due(now):
+            members[receiver].deliver(sender, frame)
         for member in order:
-            if member.node is not None:
-                member.node.tick()
-                member.read_sources()
-                member.process(now)
+            member.step(now)
 
     def settle(must_complete: list[SimMember], recovered: bool = False) -> int | None:
         """Ticks until every member in ``must_complete`` holds every event (and, with
@@ -146,9 +150,17 @@ def run_scenario(scenario: Scenario, factory: NodeFactory = OrderingNode) -> Out
 
     globals_by_member = {m.name: m.kafka.globals for m in data_members}
     violations = check_properties(globals_by_member, sources, require_complete=True)
+    for member in data_members:
+        violations.extend(
+            Violation("positions-ahead", member.name, text)
+            for text in member.kafka.positions_ahead[:3]
+        )
     if progress and not violations:
         violations.extend(Violation("progress", "group", text) for text in progress)
-    return Outcome(scenario, tuple(violations), len(sources), clock[0], network.sent, settled_after)
+    drivers = frozenset(type(m.driver) for m in members.values() if m.driver is not None)
+    return Outcome(
+        scenario, tuple(violations), len(sources), clock[0], network.sent, settled_after, drivers
+    )
 
 
 def _apply_fault(fault: Fault, members: dict[str, SimMember], network: SimNetwork) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from kdsync.driver import DriverLimits
 from kdsync.ordering import GroupSpec, Timing
+from kdsync.simulation.member import SimCosts
 from kdsync.simulation.network import LinkFaults
 
 
@@ -32,11 +34,15 @@ class Scenario:
     max_batch_events: int = 4
     # After healing, these stay down for a while (a minority): the rest must go on.
     minority_down: tuple[str, ...] = ()
+    limits: DriverLimits = field(default_factory=DriverLimits)
+    costs: dict[str, SimCosts] = field(default_factory=dict)  # by member; default: free
+    burst: int = 1  # events per source partition each time one is produced
+    shape: str = "faults"  # or "overload"
 
     def describe(self) -> str:
         witnesses = f" witnesses={sorted(self.group.witnesses)}" if self.group.witnesses else ""
         return (
-            f"seed={self.seed} members={len(self.group.members)}{witnesses} "
+            f"seed={self.seed} {self.shape} members={len(self.group.members)}{witnesses} "
             f"faults={len(self.faults)} down-after={list(self.minority_down)} "
             f"drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
             f"reorder={self.link.reorder:.2f} delay<={self.link.max_delay}"
@@ -44,15 +50,30 @@ class Scenario:
 
 
 def make_scenario(seed: int) -> Scenario:
+    """Four in five scenarios stress faults (crashes, partitions, a bad network); one in
+    five stresses load: a burst far above what the members can write, slow transactions,
+    frame handling within a CPU budget and a member whose process stalls."""
     rng = random.Random(seed)
-    size = rng.choice((2, 3, 3, 3, 5, 5, 7))
+    if rng.random() < 0.2:
+        return _overload_scenario(seed, rng)
+    return _fault_scenario(seed, rng)
+
+
+def _group(rng: random.Random, sizes: tuple[int, ...]) -> GroupSpec:
+    size = rng.choice(sizes)
     names = tuple(f"m{i}" for i in range(size))
     witnesses: frozenset[str] = frozenset()
     if size == 3 and rng.random() < 0.4:
         witnesses = frozenset({names[-1]})  # the two-regions-plus-witness deployment
     elif size >= 5 and rng.random() < 0.3:
         witnesses = frozenset(names[-rng.randint(1, 2) :])
-    group = GroupSpec(names, witnesses)
+    return GroupSpec(names, witnesses)
+
+
+def _fault_scenario(seed: int, rng: random.Random) -> Scenario:
+    group = _group(rng, (2, 3, 3, 3, 5, 5, 7))
+    names = group.members
+    size = len(names)
     link = LinkFaults(
         max_delay=rng.choice((0, 1, 2, 4)),
         drop=rng.choice((0.0, 0.0, 0.02, 0.1, 0.25)),
@@ -60,17 +81,23 @@ def make_scenario(seed: int) -> Scenario:
         reorder=rng.choice((0.0, 0.01, 0.1, 1.0)),
     )
     # As in any Raft deployment, the election timeout must exceed a round trip.
-    floor = 4 + 2 * link.max_delay
+    # Heartbeats are most of the traffic; any interval well inside the timeout works.
+    heartbeat = rng.choice((1, 2, 3))
+    floor = max(4 + 2 * link.max_delay, 4 * heartbeat)
     election = rng.randint(floor, floor + 8)
     timing = Timing(
-        heartbeat_ticks=1,
+        heartbeat_ticks=heartbeat,
         election_ticks=election,
         witness_election_factor=rng.choice((1, 2, 3)),
         resend_ticks=election * rng.randint(2, 4),
         max_entries_per_append=rng.choice((2, 8, 64)),
         max_uncommitted=rng.choice((16, 256)),
         max_outbox=rng.choice((4, 32, 256)),
+        max_forward=rng.choice((2, 4, 16)),
+        max_unapplied=rng.choice((16, 64, 1024)),
+        max_apply_bytes=rng.choice((2000, 1 << 26)),
         retained_applied=rng.choice((0, 3, 50)),
+        witness_retained_bytes=rng.choice((0, 3000, 1 << 28)),
     )
     topics = tuple((f"t{i}", rng.randint(1, 2)) for i in range(rng.randint(1, 2)))
     fault_ticks = rng.randint(60, 240)
@@ -78,22 +105,139 @@ def make_scenario(seed: int) -> Scenario:
     minority: tuple[str, ...] = ()
     if size >= 3 and rng.random() < 0.5:
         minority = tuple(sorted(rng.sample(names, rng.randint(1, (size - 1) // 2))))
+    # The driver groups deliveries into transactions and trims the durable log, as the
+    # sidecar does, at sizes that make every boundary happen often.
+    limits = DriverLimits(
+        max_events_per_transaction=rng.choice((4, 16, 64, 50_000)),
+        halt_retry_ticks=4,
+        retry_ticks=(1, 8),
+        trim_ticks=rng.choice((5, 25, 100)),
+        trim_margin=4 * timing.retained_applied,
+    )
+    costs = {
+        name: SimCosts(
+            persist_ticks=rng.choice((0, 0, 1, 2)),
+            transaction_ticks=rng.choice((0, 0, 1, 2)),
+            load_ticks=rng.choice((0, 1, 3)),
+        )
+        for name in names
+    }
+    produce_rate = rng.choice((0.05, 0.15, 0.4))
+    # Events at most: each source partition of each data member, every tick of traffic.
+    partitions = sum(count for _, count in topics) * len(group.data_members)
+    events = round(produce_rate * partitions * (fault_ticks + 40))
+    slowest_write = 1 + max(c.persist_ticks for c in costs.values())
     return Scenario(
         seed=seed,
         group=group,
         timing=timing,
         link=link,
         topics=topics,
-        produce_rate=rng.choice((0.05, 0.15, 0.4)),
+        produce_rate=produce_rate,
         fault_ticks=fault_ticks,
-        # Catching up takes round trips, each up to max_delay ticks per hop on slow links.
+        # Catching up takes round trips, each up to max_delay ticks per hop on slow links,
+        # and a member far behind receives a window of Appends per round trip, each
+        # acknowledged once written.
         settle_ticks=40 * election * (1 + timing.witness_election_factor)
         + 400
-        + 50 * link.max_delay,
+        + 50 * link.max_delay
+        + events * slowest_write * (1 + link.max_delay) // timing.max_entries_per_append,
         faults=faults,
         crash_in_ready=rng.choice((0.0, 0.0, 0.01, 0.05)),
         max_batch_events=rng.choice((1, 4, 16)),
         minority_down=minority,
+        limits=limits,
+        costs=costs,
+    )
+
+
+def _overload_scenario(seed: int, rng: random.Random) -> Scenario:
+    group = _group(rng, (2, 3, 3, 5))
+    names = group.members
+    data = group.data_members
+    link = LinkFaults(
+        max_delay=rng.choice((0, 1, 2)),
+        drop=rng.choice((0.0, 0.0, 0.01)),
+        duplicate=0.0,
+        reorder=rng.choice((0.0, 0.01)),
+    )
+    election = rng.randint(6 + 2 * link.max_delay, 12 + 2 * link.max_delay)
+    timing = Timing(
+        heartbeat_ticks=1,
+        election_ticks=election,
+        witness_election_factor=rng.choice((1, 2)),
+        resend_ticks=election * rng.randint(2, 3),
+        max_entries_per_append=rng.choice((8, 64)),
+        max_uncommitted=rng.choice((16, 256)),
+        max_outbox=rng.choice((64, 256)),
+        max_forward=rng.choice((2, 8, 16)),
+        max_unapplied=rng.choice((8, 32, 128)),
+        max_apply_bytes=rng.choice((5000, 50_000)),
+        retained_applied=rng.choice((3, 50)),
+    )
+    topics = (("t0", rng.randint(1, 2)),)
+    burst_ticks = rng.randint(20, 50)
+    burst = rng.randint(2, 8)  # events per source partition per tick while bursting
+    # Transactions cost a fixed round trip plus time per event; one member is slower.
+    slow = rng.choice(data)
+    # Busy brokers: acknowledging a write (a vote, a term, entries) can take longer than
+    # an election timeout, so a round of votes outlasts the timeout that started it.
+    persist = rng.choice((0, 1, 2, election // 2, election, 2 * election))
+    costs: dict[str, SimCosts] = {}
+    for name in names:
+        rate = rng.randint(2, 4) if name == slow else rng.randint(6, 30)
+        stalls: tuple[tuple[int, int], ...] = ()
+        if rng.random() < 0.5:
+            begin = rng.randint(5, burst_ticks)
+            stalls = ((begin, begin + rng.randint(2, 6) * election),)
+        costs[name] = SimCosts(
+            persist_ticks=rng.randint(persist // 2, persist),
+            transaction_ticks=rng.randint(1, 4),
+            events_per_tick=rate,
+            load_ticks=rng.randint(1, 3),
+            work_per_tick=rng.choice((30, 60, 200)),
+            stalls=stalls,
+        )
+    partitions = topics[0][1]
+    events = burst * burst_ticks * partitions * len(data)
+    slowest = min(costs[n].events_per_tick for n in data)
+    limits = DriverLimits(
+        max_events_per_transaction=rng.choice((16, 64, 256)),
+        halt_retry_ticks=4,
+        retry_ticks=(1, 8),
+        trim_ticks=25,
+        trim_margin=4 * timing.retained_applied,
+    )
+    faults: tuple[Fault, ...] = ()
+    if rng.random() < 0.3:
+        victim = rng.choice(names)
+        at = rng.randint(10, burst_ticks)
+        faults = (
+            Fault(at, "crash", (victim,)),
+            Fault(at + rng.randint(5, 30), "restart", (victim,)),
+        )
+    return Scenario(
+        seed=seed,
+        group=group,
+        timing=timing,
+        link=link,
+        topics=topics,
+        produce_rate=1.0,
+        burst=burst,
+        fault_ticks=burst_ticks,
+        # Everything must arrive within a few times what the slowest member needs to
+        # write it, plus elections: a wedged group never does.
+        # A round of commits waits for writes on both sides; at most max_uncommitted
+        # entries (of up to max_batch_events) go into each round.
+        settle_ticks=3 * events // slowest
+        + 2 * events * (persist + 1) // timing.max_uncommitted
+        + 60 * election * (1 + timing.witness_election_factor)
+        + 400,
+        faults=faults,
+        max_batch_events=rng.choice((4, 16)),
+        limits=limits,
+        costs=costs,
+        shape="overload",
     )
 
 

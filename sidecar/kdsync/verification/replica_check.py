@@ -8,10 +8,11 @@ timestamp are those of the origin record.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 _OWN = ("kdsync.seq", "kdsync.origin", "kdsync.topic", "kdsync.partition", "kdsync.offset")
 
@@ -53,21 +54,34 @@ def _headers(raw: object) -> Headers:
     )
 
 
+class IncompleteRead(RuntimeError):
+    """A topic could not be read to its end offsets before the deadline."""
+
+
 class TopicFollower:
-    """Reads one topic (all partitions, read_committed) incrementally."""
+    """Reads one topic (all partitions, read_committed) incrementally.
+
+    ``read_to_end`` is what a check must use: it takes every partition's end offset
+    first and reads until the consumer has reached it, so a slow broker or a busy
+    machine can delay the check but never make it see a shortened topic. ``poll`` reads
+    whatever is available now, for progress counters only.
+    """
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
+        self.bootstrap = bootstrap
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": f"kdsync-verification-{topic}",
                 "enable.auto.commit": False,
+                "enable.partition.eof": True,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
             }
         )
-        self._assigned = False
+        self._partitions: list[int] = []
+        self._reached: dict[int, int] = {}  # partition -> offset of the last end-of-partition
         self.records: list[tuple[int, int, SourceRecord]] = []  # partition, offset, record
 
     def _assign(self) -> bool:
@@ -75,34 +89,75 @@ class TopicFollower:
         topic = metadata.topics.get(self.topic)
         if topic is None or topic.error is not None or not topic.partitions:
             return False
-        self._consumer.assign([TopicPartition(self.topic, p, 0) for p in topic.partitions])
-        self._assigned = True
+        self._partitions = sorted(topic.partitions)
+        self._consumer.assign([TopicPartition(self.topic, p, 0) for p in self._partitions])
         return True
 
     def poll(self, max_seconds: float = 0.5) -> int:
         """Read what is available now; returns how many records were added."""
-        if not self._assigned and not self._assign():
+        if not self._partitions and not self._assign():
             return 0
         added = 0
         while True:
             batch = self._consumer.consume(num_messages=10_000, timeout=max_seconds)
             if not batch:
                 return added
-            for message in batch:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise RuntimeError(f"reading {self.topic}: {error}")
-                partition, offset = message.partition(), message.offset()
-                assert partition is not None and offset is not None
-                _, timestamp = message.timestamp()
-                record = SourceRecord(
-                    message.key(), message.value(), _headers(message.headers()), timestamp
-                )
-                self.records.append((partition, offset, record))
-                added += 1
+            added += self._take(batch)
             max_seconds = 0.05
+
+    def read_to_end(self, timeout: float = 60.0) -> int:
+        """Read every partition up to the end offset it has now; returns how many records
+        were added. Raises IncompleteRead, naming each partition and how far it got, when
+        that takes longer than ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        if not self._partitions and not self._assign():
+            raise IncompleteRead(f"topic {self.topic} does not exist at {self.bootstrap}")
+        # For a read_committed consumer the end is reached when the fetcher reports the
+        # end of the partition at or past this offset: after the last commit marker too.
+        ends = {
+            p: int(
+                self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=max(1.0, timeout), cached=False
+                )[1]
+            )
+            for p in self._partitions
+        }
+        added = 0
+        while any(self._reached.get(p, -1) < end for p, end in ends.items() if end > 0):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                behind = {
+                    p: f"at {self._reached.get(p, 0)} of {end}"
+                    for p, end in ends.items()
+                    if self._reached.get(p, -1) < end and end > 0
+                }
+                raise IncompleteRead(
+                    f"{self.topic} at {self.bootstrap}: not read to its end within "
+                    f"{timeout:.0f}s (partition: position of end) {behind}; an open "
+                    "transaction or an unreachable broker holds it back"
+                )
+            added += self._take(self._consumer.consume(num_messages=10_000, timeout=min(left, 1.0)))
+        return added
+
+    def _take(self, batch: list[Message]) -> int:
+        added = 0
+        for message in batch:
+            error = message.error()
+            partition, offset = message.partition(), message.offset()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    if partition is not None and offset is not None:
+                        self._reached[partition] = max(self._reached.get(partition, 0), offset)
+                    continue
+                raise RuntimeError(f"reading {self.topic}: {error}")
+            assert partition is not None and offset is not None
+            _, timestamp = message.timestamp()
+            record = SourceRecord(
+                message.key(), message.value(), _headers(message.headers()), timestamp
+            )
+            self.records.append((partition, offset, record))
+            added += 1
+        return added
 
     def close(self) -> None:
         self._consumer.close()

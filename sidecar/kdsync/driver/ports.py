@@ -1,0 +1,80 @@
+"""What the driver needs from the world, as small ports.
+
+The sidecar implements them with Kafka and TCP (``kdsync.runtime``); the simulator with
+seeded, delayed and crashable fakes (``kdsync.simulation``). Every operation that takes
+time *starts* when the driver calls the port and *completes* when the shell calls the
+matching ``MemberDriver`` method later — never from inside the port call, so the driver's
+state is never re-entered.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kdsync.ordering import Delivery, Entry, HardState, LedgerState, OriginBatch
+
+SourcePartition = tuple[str, int]  # (topic, partition) of this member's own source
+
+
+class LogPort(Protocol):
+    """The core's durable log (the internal log topic of the member's own cluster)."""
+
+    def persist(
+        self, hard_state: HardState | None, entries: list[Entry], truncate_from: int | None
+    ) -> None:
+        """Start writing; completes with ``log_persisted`` or ``log_persist_failed``."""
+        ...
+
+    def load(self, spans: list[tuple[int, int]]) -> None:
+        """Start reading entries back; completes with ``entries_loaded``."""
+        ...
+
+    def trim(self, below_index: int) -> None:
+        """Best effort: forget records of entries below ``below_index``. No completion."""
+        ...
+
+
+class DeliveryPort(Protocol):
+    """Writes deliveries and the ledger after them in one transaction (``T-global``)."""
+
+    def write(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
+        """Start a transaction; completes with ``transaction_committed`` or
+        ``transaction_failed``."""
+        ...
+
+
+class SourcePort(Protocol):
+    """The member's own source topics."""
+
+    def take(self) -> OriginBatch | None:
+        """The next batch read, or None when none is waiting (never blocks)."""
+        ...
+
+    def commit(self, positions: Mapping[SourcePartition, int]) -> None:
+        """Record positions already in ``T-global`` (for lag and audits). No completion."""
+        ...
+
+
+class FrameSender(Protocol):
+    """The sending half of ``kdsync.transport.PeerTransport``: never blocks, may drop."""
+
+    def send(self, peer: str, frame: bytes) -> bool: ...
+
+
+class WriteFailure(enum.Enum):
+    """Why a transaction did not commit (nothing of it became visible)."""
+
+    TOO_LARGE = "too-large"  # a record the destination refuses: halt, retry later
+    UNAVAILABLE = "unavailable"  # brokers unreachable or busy: retry with backoff
+    FENCED = "fenced"  # another instance of this member took over: stop for good
+
+
+@dataclass(frozen=True, slots=True)
+class DriverPorts:
+    log: LogPort | None  # None for a witness: it keeps nothing durable
+    delivery: DeliveryPort | None
+    source: SourcePort | None
+    frames: FrameSender

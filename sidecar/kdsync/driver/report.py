@@ -1,0 +1,92 @@
+"""What a member reports about itself: readiness, lag and the ``/status`` document.
+
+Pure functions of the driver's and the node's state, so the sidecar's HTTP endpoints,
+its metrics and the simulator all judge a member the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kdsync.driver.member_driver import MemberDriver
+from kdsync.ordering import Role
+
+# A member is caught up (ready) when it has applied all but this many committed entries.
+READY_LAG_ENTRIES = 256
+
+
+def readiness(phase: str, driver: MemberDriver | None) -> tuple[bool, list[str]]:
+    """Ready = running, in a majority view, following a leader, caught up, not halted."""
+    if driver is None or phase != "running":
+        return False, [f"phase {phase}"]
+    node = driver.node
+    state = driver.state
+    reasons: list[str] = []
+    status = node.status()
+    view = node.view()
+    quorum = node.group.quorum
+    if status.role == Role.RECOVERING:
+        reasons.append("witness still recovering its state from the other members")
+    if not node.in_majority():
+        reasons.append(
+            f"not in touch with a majority: hears {len(view)} of {len(node.group.members)} "
+            f"member(s) (a majority is {quorum}) and no live leader"
+        )
+    if status.leader is None:
+        reasons.append("no leader known")
+    if state.halted:
+        reasons.append(f"delivery halted: {state.halted}")
+    if node.ledger is not None:
+        lag = node.known_commit - state.durable_applied
+        if lag > READY_LAG_ENTRIES:
+            reasons.append(f"catching up: {lag} committed entries not yet applied")
+    if state.fatal:
+        reasons.append(state.fatal)
+    return not reasons, reasons
+
+
+def member_lag(driver: MemberDriver) -> dict[str, int]:
+    """Log entries each member is behind: every peer's on a leader, our own everywhere."""
+    node = driver.node
+    status = node.status()
+    lag: dict[str, int] = {}
+    if status.role == Role.LEADER:
+        for peer, match in node.peer_match().items():
+            lag[peer] = max(0, status.last_index - match)
+    applied = driver.state.durable_applied if node.ledger is not None else status.commit_index
+    lag[node.member] = max(0, node.known_commit - applied)
+    return lag
+
+
+def node_section(driver: MemberDriver) -> dict[str, Any]:
+    """The ordering part of ``/status``."""
+    node = driver.node
+    status = node.status()
+    return {
+        "role": status.role.value,
+        "term": status.term,
+        "leader": status.leader,
+        "view": sorted(node.view()),
+        "members": list(node.group.members),
+        "commitIndex": status.commit_index,
+        "knownCommit": node.known_commit,
+        "appliedIndex": driver.state.durable_applied,
+        "memberLag": member_lag(driver),
+        "pendingEvents": driver.pending_events,
+    }
+
+
+def delivery_section(driver: MemberDriver | None) -> Mapping[str, Any]:
+    """The delivery part of ``/status`` (empty before the driver exists)."""
+    if driver is None:
+        return {"eventsIn": 0, "eventsOut": 0, "transactions": 0, "deliveredSeq": {}}
+    state = driver.state
+    return {
+        "halted": state.halted,
+        "lastDeliveryError": state.last_delivery_error,
+        "eventsIn": state.events_in,
+        "eventsOut": state.events_out,
+        "transactions": state.transactions,
+        "deliveredSeq": dict(state.delivered_seq),
+    }

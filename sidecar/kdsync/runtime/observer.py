@@ -1,0 +1,80 @@
+"""The sidecar's view of its driver: Prometheus metrics, replication latency and logs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from kdsync.driver import DriverObserver, WriteFailure
+from kdsync.ordering import Delivery, LedgerState, NodeEvent, OriginBatch
+from kdsync.runtime.latency_window import LatencyWindow
+from kdsync.runtime.metrics import SidecarMetrics
+from kdsync.wire_format import WireFormatError
+
+log = logging.getLogger(__name__)
+
+_FAILURE_OUTCOME = {
+    WriteFailure.TOO_LARGE: "refused",
+    WriteFailure.UNAVAILABLE: "failed",
+    WriteFailure.FENCED: "fenced",
+}
+
+
+class SidecarObserver(DriverObserver):
+    def __init__(self, metrics: SidecarMetrics, latency: LatencyWindow) -> None:
+        self.metrics = metrics
+        self.latency = latency
+
+    def offered(self, batch: OriginBatch) -> None:
+        self.metrics.events_in.labels(batch.topic).inc(len(batch.events))
+
+    def node_events(self, events: list[NodeEvent]) -> None:
+        for event in events:
+            # Elections are rare in a healthy group: each one is worth a line, with why.
+            log.info("term %d: %s: %s", event.term, event.kind, event.detail)
+            if event.kind in ("pre-vote", "campaign", "leader", "step-down"):
+                self.metrics.elections.labels(event.kind).inc()
+            elif event.kind == "vote-refused":
+                self.metrics.votes_refused.inc()
+
+    def delivered(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
+        metrics = self.metrics
+        metrics.transactions.labels("committed").inc()
+        now_ms = time.time() * 1000
+        counts: dict[str, int] = {}
+        for delivery in deliveries:
+            for delivered in delivery.events:
+                counts[delivered.topic] = counts.get(delivered.topic, 0) + 1
+                timestamp = delivered.event.timestamp_ms
+                if timestamp > 0:
+                    latency = max(0.0, now_ms - timestamp)
+                    metrics.latency.observe(latency / 1000)
+                    self.latency.add(latency)
+        for topic, count in counts.items():
+            metrics.events_out.labels(topic).inc(count)
+        for topic, seq in ledger.next_seq.items():
+            metrics.delivered_seq.labels(topic).set(seq - 1)
+
+    def transaction_failed(self, failure: WriteFailure, reason: str) -> None:
+        self.metrics.transactions.labels(_FAILURE_OUTCOME[failure]).inc()
+        if failure is WriteFailure.UNAVAILABLE:
+            log.warning("delivery failed, retrying with backoff: %s", reason)
+        elif failure is WriteFailure.FENCED:
+            log.error("%s", reason)
+
+    def halted(self, reason: str) -> None:
+        log.error("delivery halted: %s", reason)
+        self.metrics.halted.clear()
+        self.metrics.halted.labels("record_too_large").set(1)
+
+    def resumed(self) -> None:
+        log.info("delivery resumed")
+        self.metrics.halted.clear()
+
+    def undecodable_frame(self, peer: str, error: WireFormatError) -> None:
+        self.metrics.decode_errors.inc()
+        log.warning("dropped an undecodable frame from %s: %s", peer, error)
+
+    def load_failed(self, reason: str) -> None:
+        log.warning("reading log entries back failed (retried later): %s", reason)
