@@ -36,6 +36,7 @@ from kdsync.verification.replica_check import (
 
 MEMBERS = ("us-east", "eu-west", "ap-south")
 TOPIC = "orders"
+STALL_SECONDS = 180  # no new deliveries for this long: the group is stuck
 
 
 def say(text: str) -> None:
@@ -90,13 +91,26 @@ def produce(bootstrap: str, origin: str, count: int, rate: float, done: list[int
 
 
 def wait_for(
-    what: str, condition: Callable[[], bool], timeout: float, progress: Callable[[], str]
+    what: str,
+    condition: Callable[[], bool],
+    timeout: float,
+    progress: Callable[[], str],
+    moving: Callable[[], object] | None = None,
 ) -> None:
+    """Wait until ``condition``; fail after ``timeout`` seconds, or, given ``moving``,
+    after ``timeout`` seconds in which its value did not change: a slow machine still
+    finishes, a stuck group still fails."""
     deadline = time.monotonic() + timeout
     last_line = 0.0
+    seen = moving() if moving is not None else None
     while not condition():
         now = time.monotonic()
+        if moving is not None and (current := moving()) != seen:
+            seen = current
+            deadline = now + timeout
         if now > deadline:
+            if moving is not None:
+                raise TimeoutError(f"no progress for {timeout:.0f}s while waiting for {what}")
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         if now - last_line >= 1.0:
             say(f"  {progress()}")
@@ -217,11 +231,20 @@ def _traffic_and_check(
         progress,
     )
     produced_at = time.time()
+    # A group that keeps delivering is waited for however slow the machine is; one that
+    # delivers nothing for STALL_SECONDS is stuck, and the demo says so.
+    counts: dict[str, int] = {}
+
+    def delivered_all() -> bool:
+        counts.update(delivered_counts(group))
+        return all(c >= total for c in counts.values())
+
     wait_for(
         "all events in every T-global",
-        lambda: all(c >= total for c in delivered_counts(group).values()),
-        max(600, total / 500),
+        delivered_all,
+        STALL_SECONDS,
         progress,
+        moving=lambda: tuple(sorted(counts.items())),
     )
     elapsed = time.time() - traffic_start
     caught_up = time.time() - produced_at
