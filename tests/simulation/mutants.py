@@ -151,8 +151,13 @@ MUTANTS: dict[str, type[OrderingNode]] = {
     "vote-without-log-check": VoteWithoutLogCheck,
     "forget-marks-on-restart": ForgetMarksOnRestart,
     "witness-without-recovery": WitnessWithoutRecovery,
-    "commit-old-terms-by-counting": CommitByCountingOldTerms,
     "elections-without-pre-vote-or-backoff": ElectionsWithoutPreVoteOrBackoff,
+}
+
+# Broken variants the randomised scenarios reach too rarely to catch within a budget:
+# each is caught by a scripted scenario instead (tests/unit/test_ordering_node.py).
+SCRIPTED_MUTANTS: dict[str, type[OrderingNode]] = {
+    "commit-old-terms-by-counting": CommitByCountingOldTerms,
 }
 
 DRIVER_MUTANTS: dict[str, Callable[..., MemberDriver]] = {

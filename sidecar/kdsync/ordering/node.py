@@ -897,10 +897,15 @@ class OrderingNode:
             return
         if self.commit_index != self.log.last_index:
             return
+        # Only to a member that answered lately: one that went down keeps its old match,
+        # and handing over to it again and again would keep admission paused for good.
+        recently = self._now - self.timing.election_ticks
         caught_up = [
             p
             for p in self.group.data_members
-            if p != self.member and tracker[p].match == self.log.last_index
+            if p != self.member
+            and tracker[p].match == self.log.last_index
+            and tracker[p].acked_at >= recently
         ]
         if not caught_up:
             return
