@@ -1,4 +1,5 @@
-"""The ``kdsync`` command: run a sidecar, show a group's status, audit, check a config."""
+"""The ``kdsync`` command: run a sidecar, show a group's status, audit, check a config,
+fail consumer groups over between members, issue a group's certificates."""
 
 from __future__ import annotations
 
@@ -80,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
 
         code: int = audit_main(argv[1:])
         return code
+    if argv and argv[0] == "failover":
+        from kdsync.failover.command import main as failover_main  # noqa: PLC0415 (Kafka)
+
+        return failover_main(argv[1:])
     parser = argparse.ArgumentParser(prog="kdsync", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a sidecar (or a witness) from a config file")
@@ -97,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     check.set_defaults(handler=_check)
     commands.add_parser(
         "audit", help="check a group's consistency with Spark (see kdsync audit -h)"
+    )
+    commands.add_parser(
+        "failover",
+        help="move a consumer group between members at its exact position "
+        "(see kdsync failover translate -h, kdsync failover apply -h)",
     )
     args = parser.parse_args(argv)
     result: int = args.handler(args)
