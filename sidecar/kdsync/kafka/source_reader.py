@@ -109,6 +109,20 @@ class SourceReader:
     def positions(self) -> dict[tuple[str, int], int]:
         return dict(self._assigned)
 
+    def end_offsets(self) -> dict[tuple[str, int], int]:
+        """End offsets of the partitions read, as of the latest fetch (no request)."""
+        ends: dict[tuple[str, int], int] = {}
+        for topic, partition in list(self._assigned):
+            try:
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), cached=True
+                )
+            except KafkaException:
+                continue
+            if high >= 0:
+                ends[(topic, partition)] = int(high)
+        return ends
+
     def _discover(self) -> None:
         found = self._topics.source_partitions(self._selects)
         new: list[TopicPartition] = []
