@@ -227,9 +227,7 @@ def test_the_table_and_json_name_every_partition_and_its_status() -> None:
     rng = random.Random(10)
     source, target = lay_out(list(range(20)), rng), lay_out(list(range(10)), rng)
     exact = translate_partition("orders-global", 0, source_position(source, 0), target)
-    behind = translate_partition(
-        "orders-global", 1, source_position(source, source.end), target
-    )
+    behind = translate_partition("orders-global", 1, source_position(source, source.end), target)
     group = GroupTranslation("billing", "us-east", "eu-west", (exact, behind), ("plain",))
     table = render_table(group)
     assert "consumer group billing: us-east -> eu-west" in table
