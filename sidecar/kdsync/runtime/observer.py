@@ -36,9 +36,17 @@ class SidecarObserver(DriverObserver):
         self.member = member
         # This member's own source positions that are in its T-global (for record lag).
         self.own_marks: dict[tuple[str, int], int] = {}
+        # Heartbeat events among the driver's counts: /status reports user events only.
+        self.heartbeats_in = 0
+        self.heartbeats_out = 0
+
+    def _is_heartbeat(self, topic: str) -> bool:
+        return self.mirror is not None and topic == self.mirror.heartbeat_topic
 
     def offered(self, batch: OriginBatch) -> None:
         self.metrics.events_in.labels(batch.topic).inc(len(batch.events))
+        if self._is_heartbeat(batch.topic):
+            self.heartbeats_in += len(batch.events)
         if self.mirror is not None:
             now = time.time()
             ages = [now * 1000 - e.timestamp_ms for e in batch.events if e.timestamp_ms > 0]
@@ -80,8 +88,11 @@ class SidecarObserver(DriverObserver):
             self.own_marks = ledger.positions_of(self.member)
         for topic, count in counts.items():
             metrics.events_out.labels(topic).inc(count)
+            if self._is_heartbeat(topic):
+                self.heartbeats_out += count
         for topic, seq in ledger.next_seq.items():
-            metrics.delivered_seq.labels(topic).set(seq - 1)
+            if not self._is_heartbeat(topic):  # the operator reads it as user progress
+                metrics.delivered_seq.labels(topic).set(seq - 1)
 
     def transaction_failed(self, failure: WriteFailure, reason: str) -> None:
         self.metrics.transactions.labels(_FAILURE_OUTCOME[failure]).inc()

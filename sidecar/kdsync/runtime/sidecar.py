@@ -144,7 +144,8 @@ class Sidecar:
                 port.driver = driver
         self.driver = driver
         for topic, seq in driver.state.delivered_seq.items():
-            self.metrics.delivered_seq.labels(topic).set(seq)
+            if topic != self.heartbeat_topic:
+                self.metrics.delivered_seq.labels(topic).set(seq)
         await transport.start()
         if self._cluster is not None:
             await asyncio.to_thread(self._cluster.reader.start)
@@ -347,6 +348,12 @@ class Sidecar:
             "maxEventLoopLagSeconds": round(self.max_loop_lag, 3),
         }
         doc.update(delivery_section(self.driver))
+        # Heartbeats travel like events; the counts here are the user's events only.
+        observer = self._observer
+        doc["eventsIn"] = doc.get("eventsIn", 0) - observer.heartbeats_in
+        doc["eventsOut"] = doc.get("eventsOut", 0) - observer.heartbeats_out
+        doc["heartbeatsOut"] = observer.heartbeats_out
+        doc.get("deliveredSeq", {}).pop(self.heartbeat_topic, None)
         if self.driver is not None:
             doc.update(node_section(self.driver))
         if self._cluster is not None:

@@ -85,10 +85,25 @@ def test_heartbeats_update_without_traffic_and_mm2_metrics_show(
             pair = {"source": source, "target": "m2", "topic": heartbeat_topic}
             assert labelled(idle, "kdsync_mirror_replication_latency_ms_max", **pair) is not None
         assert watch.count("m2") == 0, "heartbeats leaked into the user's T-global"
+        idle_latency = {
+            m: labelled(idle, "kdsync_heartbeat_latency_ms", source=m) for m in bootstrap
+        }
+        print(f"\nidle heartbeat latency at m2, ms: {idle_latency}")
+        print(
+            f"user event latency at m2 (status): {(group.status('m2', 10) or {}).get('latencyMs')}"
+        )
 
         produced = Traffic(bootstrap, source_topic, count_per_origin=200, rate_per_origin=200)
         counts = produced.start().join()
         verify_group(group, bootstrap, source_topic, global_topic, counts, watch=watch)
+        # /status counts the user's events only; heartbeats are counted apart.
+        total = sum(counts.values())
+        status = group.wait_until(
+            "m2's /status to answer", lambda s: "eventsOut" in s, 30, names=["m2"]
+        )["m2"]
+        assert status.get("eventsOut") == total, status
+        assert status.get("heartbeatsOut", 0) > 0, status
+        assert heartbeat_topic not in status.get("deliveredSeq", {}), status
 
         def mm2_metrics_complete() -> bool:
             found = samples(target)
