@@ -1,4 +1,5 @@
-"""The ``kdsync`` command: run a sidecar, show a group's status, audit, check a config."""
+"""The ``kdsync`` command: run a sidecar, show a group's status, audit, check a config,
+fail consumer groups over between members, issue a group's certificates."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 from kdsync.config import ConfigError, SidecarConfig, load_config
+from kdsync.pki import MEMBER_VALID_DAYS, make_group_pki
 from kdsync.runtime.status_report import fetch_status, render
 
 
@@ -73,6 +75,48 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pki(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        if args.group or args.members:
+            print("kdsync pki: give --config, or --group with --members, not both", file=sys.stderr)
+            return 2
+        # The TLS files the config names are what this command is about to write.
+        try:
+            config = load_config(args.config, check_files=False)
+        except ConfigError as exc:
+            print(str(exc), file=sys.stderr)
+            return 2
+        group, members = config.group, [m.name for m in config.members]
+    elif args.group and args.members:
+        group = args.group
+        members = [name.strip() for name in args.members.split(",") if name.strip()]
+    else:
+        print(
+            "kdsync pki: name the group and its members: --group G --members a,b,c "
+            "(witnesses too), or --config FILE to take them from a sidecar config",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        files = make_group_pki(group, members, args.out, member_valid_days=args.member_valid_days)
+    except ValueError as exc:
+        print(f"kdsync pki: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"kdsync pki: cannot write under {args.out}: {exc}", file=sys.stderr)
+        return 2
+    out = args.out.resolve()
+    print(f"group {group} CA: {out / 'ca.pem'} (its key ca-key.pem stays with you: keep it safe)")
+    for member, member_files in files.items():
+        print(
+            f"member {member}: give it {member_files.cert.parent.resolve()}/ and ca.pem; its "
+            "config's tls section:\n"
+            f"  tls:\n    ca: {member_files.ca_cert.resolve()}\n"
+            f"    cert: {member_files.cert.resolve()}\n    key: {member_files.key.resolve()}"
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "audit":
@@ -80,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
 
         code: int = audit_main(argv[1:])
         return code
+    if argv and argv[0] == "failover":
+        from kdsync.failover.command import main as failover_main  # noqa: PLC0415 (Kafka)
+
+        return failover_main(argv[1:])
     parser = argparse.ArgumentParser(prog="kdsync", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a sidecar (or a witness) from a config file")
@@ -98,6 +146,29 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "audit", help="check a group's consistency with Spark (see kdsync audit -h)"
     )
+    commands.add_parser(
+        "failover",
+        help="move a consumer group between members at its exact position "
+        "(see kdsync failover translate -h, kdsync failover apply -h)",
+    )
+    pki = commands.add_parser(
+        "pki",
+        help="issue a group CA and member certificates for the peer links (mutual TLS)",
+        description="Create (or complete) a group's PKI under --out: ca.pem, ca-key.pem and "
+        "members/<name>/{cert,key}.pem. Re-running keeps the CA and every certificate it "
+        "signed that is not about to expire, and issues only what is missing.",
+    )
+    pki.add_argument("--out", type=Path, required=True, help="folder to write into")
+    pki.add_argument("--group", help="the group's name")
+    pki.add_argument("--members", help="comma-separated member names, witnesses included")
+    pki.add_argument("--config", type=Path, help="take group and member names from a config")
+    pki.add_argument(
+        "--member-valid-days",
+        type=int,
+        default=MEMBER_VALID_DAYS,
+        help=f"validity of member certificates (default {MEMBER_VALID_DAYS})",
+    )
+    pki.set_defaults(handler=_pki)
     args = parser.parse_args(argv)
     result: int = args.handler(args)
     return result

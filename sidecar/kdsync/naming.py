@@ -7,6 +7,7 @@ For a group ``G`` with member ``M`` replicating topic ``T``:
 | the replicated topic | ``T`` + suffix (``T-global`` by default) |
 | the core's Raft log and hard state | ``kdsync-G.log.internal`` |
 | the delivery ledger snapshot (compacted) | ``kdsync-G.ledger.internal`` |
+| M's heartbeats, replicated like a source topic | ``kdsync-G.heartbeats`` (-> ``...-global``) |
 | the source consumer group | ``kdsync-G`` |
 | the transactional id of M's ``T-global`` producer | ``kdsync-G.M`` |
 
@@ -21,6 +22,7 @@ DEFAULT_GLOBAL_SUFFIX = "-global"
 INTERNAL_PREFIX = "kdsync-"
 LOG_TOPIC_SUFFIX = ".log.internal"
 LEDGER_TOPIC_SUFFIX = ".ledger.internal"
+HEARTBEAT_TOPIC_SUFFIX = ".heartbeats"
 
 MAX_TOPIC_NAME_LENGTH = 249
 TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
@@ -91,6 +93,18 @@ def log_topic(group: str) -> str:
 def ledger_topic(group: str) -> str:
     """Internal compacted topic holding the delivery ledger snapshot."""
     return f"{INTERNAL_PREFIX}{_group(group)}{LEDGER_TOPIC_SUFFIX}"
+
+
+def heartbeat_topic(group: str) -> str:
+    """Each member's own heartbeat topic: its sidecar writes one record a second and
+    replicates it through the group like a source topic (into ``<this>-global``), so
+    replication latency per origin shows without traffic."""
+    return f"{INTERNAL_PREFIX}{_group(group)}{HEARTBEAT_TOPIC_SUFFIX}"
+
+
+def is_heartbeat_topic(name: str) -> bool:
+    """True for any group's heartbeat topic: never a user-selected source."""
+    return name.startswith(INTERNAL_PREFIX) and name.endswith(HEARTBEAT_TOPIC_SUFFIX)
 
 
 def consumer_group(group: str) -> str:

@@ -183,6 +183,20 @@ def test_topic_selection() -> None:
     assert not topics.selects("other")
 
 
+def test_patterns_never_select_kdsync_topics() -> None:
+    """Not even a catch-all pattern picks kdsync's own topics or any T-global."""
+    topics = TopicsConfig(include=(".*",))
+    assert topics.selects("orders")
+    for name in (
+        "kdsync-g.heartbeats",  # any group's heartbeats (the sidecar adds its own)
+        "kdsync-g.log.internal",
+        "kdsync-g.ledger.internal",
+        "orders-global",
+        "kdsync-g.heartbeats-global",
+    ):
+        assert not topics.selects(name), name
+
+
 def test_tls_files_can_be_checked_later(tmp_path: Path) -> None:
     data = three_members(tmp_path / "nowhere")
     config = parse_config(data, check_files=False)

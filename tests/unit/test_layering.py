@@ -164,6 +164,18 @@ PLANTS = {
         "from kdsync.kafka import errors",
         "kdsync.driver.ports -> kdsync.kafka.errors",
     ),
+    "offset translation reads Kafka": Plant(
+        "pure-failover-translation",
+        "sidecar/kdsync/failover/translation.py",
+        "from kdsync.kafka import partition_reader",
+        "kdsync.failover.translation -> kdsync.kafka.partition_reader",
+    ),
+    "the failover table imports the command": Plant(
+        "failover-layers",
+        "sidecar/kdsync/failover/report.py",
+        "from kdsync.failover import command",
+        "kdsync.failover.report -> kdsync.failover.command",
+    ),
     "the config imports the TCP transport": Plant(
         "pure-config",
         "sidecar/kdsync/config/sections.py",

@@ -23,6 +23,14 @@ def test_internal_topics_are_recognised() -> None:
     assert not naming.is_internal_topic("kdsync-orders")
 
 
+def test_heartbeat_topics_are_recognised_for_every_group() -> None:
+    assert naming.heartbeat_topic("orders") == "kdsync-orders.heartbeats"
+    assert naming.is_heartbeat_topic(naming.heartbeat_topic("orders"))
+    assert naming.is_heartbeat_topic(naming.heartbeat_topic("another-group"))
+    assert not naming.is_heartbeat_topic("heartbeats")  # MirrorMaker 2's, not ours
+    assert not naming.is_heartbeat_topic("kdsync-orders.heartbeats-global")
+
+
 def test_global_topic_rejects_loops_and_illegal_names() -> None:
     with pytest.raises(ValueError, match="already ends with"):
         naming.global_topic("orders-global")

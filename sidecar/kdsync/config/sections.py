@@ -288,10 +288,15 @@ class TopicsConfig(ConfigModel):
         """Whether source topic ``topic`` is replicated.
 
         Selected: listed in ``names`` or fully matching an ``include`` pattern, and not
-        fully matching an ``exclude`` pattern. Replicated topics (ending with the suffix)
-        and kdsync's internal topics are never selected.
+        fully matching an ``exclude`` pattern. Replicated topics (ending with the suffix),
+        kdsync's internal topics and heartbeat topics are never selected (the sidecar
+        adds its own group's heartbeat topic itself).
         """
-        if topic.endswith(self.global_suffix) or naming.is_internal_topic(topic):
+        if (
+            topic.endswith(self.global_suffix)
+            or naming.is_internal_topic(topic)
+            or naming.is_heartbeat_topic(topic)
+        ):
             return False
         if topic not in self.names and not any(re.fullmatch(p, topic) for p in self.include):
             return False

@@ -32,6 +32,7 @@ from kdsync.ordering import OriginBatch, SourceEvent
 log = logging.getLogger(__name__)
 
 _DISCOVERY_SECONDS = 5.0
+_ENDS_SECONDS = 1.0  # how often end offsets are refreshed for the record-lag metric
 
 
 class SourceReader:
@@ -76,6 +77,7 @@ class SourceReader:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kdsync-source", daemon=True)
         self._to_commit: dict[tuple[str, int], int] | None = None
+        self._ends: dict[tuple[str, int], int] = {}
         self.errors = 0
         self.last_error: str | None = None
 
@@ -109,6 +111,25 @@ class SourceReader:
     def positions(self) -> dict[tuple[str, int], int]:
         return dict(self._assigned)
 
+    def end_offsets(self) -> dict[tuple[str, int], int]:
+        """End offsets of the partitions read, as of the latest fetch (refreshed by the
+        reader thread about once a second: calls on the consumer from another thread
+        would wait for its poll)."""
+        return dict(self._ends)
+
+    def _refresh_ends(self) -> None:
+        ends: dict[tuple[str, int], int] = {}
+        for topic, partition in list(self._assigned):
+            try:
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), cached=True
+                )
+            except KafkaException:
+                continue
+            if high >= 0:
+                ends[(topic, partition)] = int(high)
+        self._ends = ends
+
     def _discover(self) -> None:
         found = self._topics.source_partitions(self._selects)
         new: list[TopicPartition] = []
@@ -132,7 +153,11 @@ class SourceReader:
 
     def _run(self) -> None:
         next_discovery = time.monotonic() + _DISCOVERY_SECONDS
+        next_ends = time.monotonic()
         while not self._stop.is_set():
+            if time.monotonic() >= next_ends:
+                next_ends = time.monotonic() + _ENDS_SECONDS
+                self._refresh_ends()
             if time.monotonic() >= next_discovery:
                 next_discovery = time.monotonic() + _DISCOVERY_SECONDS
                 try:

@@ -10,6 +10,7 @@ from kdsync.driver import DriverObserver, WriteFailure
 from kdsync.ordering import Delivery, LedgerState, NodeEvent, OriginBatch
 from kdsync.runtime.latency_window import LatencyWindow
 from kdsync.runtime.metrics import SidecarMetrics
+from kdsync.runtime.mirror_metrics import MirrorMetrics
 from kdsync.wire_format import WireFormatError
 
 log = logging.getLogger(__name__)
@@ -22,12 +23,34 @@ _FAILURE_OUTCOME = {
 
 
 class SidecarObserver(DriverObserver):
-    def __init__(self, metrics: SidecarMetrics, latency: LatencyWindow) -> None:
+    def __init__(
+        self,
+        metrics: SidecarMetrics,
+        latency: LatencyWindow,
+        mirror: MirrorMetrics | None = None,
+        member: str = "",
+    ) -> None:
         self.metrics = metrics
         self.latency = latency
+        self.mirror = mirror
+        self.member = member
+        # This member's own source positions that are in its T-global (for record lag).
+        self.own_marks: dict[tuple[str, int], int] = {}
+        # Heartbeat events among the driver's counts: /status reports user events only.
+        self.heartbeats_in = 0
+        self.heartbeats_out = 0
+
+    def _is_heartbeat(self, topic: str) -> bool:
+        return self.mirror is not None and topic == self.mirror.heartbeat_topic
 
     def offered(self, batch: OriginBatch) -> None:
         self.metrics.events_in.labels(batch.topic).inc(len(batch.events))
+        if self._is_heartbeat(batch.topic):
+            self.heartbeats_in += len(batch.events)
+        if self.mirror is not None:
+            now = time.time()
+            ages = [now * 1000 - e.timestamp_ms for e in batch.events if e.timestamp_ms > 0]
+            self.mirror.consumed(batch.topic, [max(0.0, a) for a in ages], now)
 
     def node_events(self, events: list[NodeEvent]) -> None:
         for event in events:
@@ -41,20 +64,35 @@ class SidecarObserver(DriverObserver):
     def delivered(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
         metrics = self.metrics
         metrics.transactions.labels("committed").inc()
-        now_ms = time.time() * 1000
+        now = time.time()
+        now_ms = now * 1000
+        heartbeats = self.mirror.heartbeat_topic if self.mirror is not None else None
         counts: dict[str, int] = {}
+        pairs: dict[tuple[str, str], tuple[list[float], list[int]]] = {}
         for delivery in deliveries:
             for delivered in delivery.events:
                 counts[delivered.topic] = counts.get(delivered.topic, 0) + 1
-                timestamp = delivered.event.timestamp_ms
+                event = delivered.event
+                latencies, sizes = pairs.setdefault((delivered.origin, delivered.topic), ([], []))
+                sizes.append(len(event.key or b"") + len(event.value or b""))
+                timestamp = event.timestamp_ms
                 if timestamp > 0:
                     latency = max(0.0, now_ms - timestamp)
-                    metrics.latency.observe(latency / 1000)
-                    self.latency.add(latency)
+                    latencies.append(latency)
+                    if delivered.topic != heartbeats:  # user events only: status p50/p99
+                        metrics.latency.observe(latency / 1000)
+                        self.latency.add(latency)
+        if self.mirror is not None:
+            for (origin, topic), (latencies, sizes) in pairs.items():
+                self.mirror.replicated(origin, topic, latencies, sizes, now)
+            self.own_marks = ledger.positions_of(self.member)
         for topic, count in counts.items():
             metrics.events_out.labels(topic).inc(count)
+            if self._is_heartbeat(topic):
+                self.heartbeats_out += count
         for topic, seq in ledger.next_seq.items():
-            metrics.delivered_seq.labels(topic).set(seq - 1)
+            if not self._is_heartbeat(topic):  # the operator reads it as user progress
+                metrics.delivered_seq.labels(topic).set(seq - 1)
 
     def transaction_failed(self, failure: WriteFailure, reason: str) -> None:
         self.metrics.transactions.labels(_FAILURE_OUTCOME[failure]).inc()

@@ -20,15 +20,18 @@ import random
 import time
 from typing import Any
 
+from kdsync import naming
 from kdsync.config import SidecarConfig
 from kdsync.driver import FRAMES_PER_TURN, DriverLimits, DriverPorts, MemberDriver
 from kdsync.driver.report import delivery_section, node_section, readiness
 from kdsync.kafka.errors import KafkaShellError
+from kdsync.kafka.heartbeats import INTERVAL_SECONDS, HeartbeatEmitter, ensure_heartbeat_topics
 from kdsync.kafka.member_cluster import MemberCluster, MemberClusterSettings, open_member_cluster
 from kdsync.ordering import OrderingNode, Role
 from kdsync.runtime.kafka_ports import KafkaDeliveryPort, KafkaLogPort, KafkaSourcePort
 from kdsync.runtime.latency_window import LatencyWindow
 from kdsync.runtime.metrics import SidecarMetrics
+from kdsync.runtime.mirror_metrics import MirrorMetrics
 from kdsync.runtime.observer import SidecarObserver
 from kdsync.transport import LinkStatus, PeerTransport, TransportClosed
 from kdsync.transport.tcp import TcpTransport
@@ -50,6 +53,10 @@ class Sidecar:
         self.is_witness = config.is_witness
         self.metrics = SidecarMetrics()
         self.latency = LatencyWindow()
+        self.heartbeat_topic = naming.heartbeat_topic(config.group)
+        self.mirror = MirrorMetrics(self.metrics.registry, config.member, self.heartbeat_topic)
+        self._heartbeats: HeartbeatEmitter | None = None
+        self._observer = SidecarObserver(self.metrics, self.latency, self.mirror, config.member)
         self.phase = "starting"  # starting, recovering, running, stopping, stopped, failed
         self.started_at = time.time()
         self.startup_error: str | None = None
@@ -91,6 +98,19 @@ class Sidecar:
                 log.error("%s", exc)
                 return 2
             recovered = self._cluster.recovered
+            try:
+                await asyncio.to_thread(
+                    ensure_heartbeat_topics,
+                    self._cluster.topics,
+                    self.heartbeat_topic,
+                    config.topics.global_topic(self.heartbeat_topic),
+                    config.topics.global_partitions,
+                )
+            except KafkaShellError as exc:
+                self.phase = "failed"
+                self.startup_error = str(exc)
+                log.error("%s", exc)
+                return 2
         node = OrderingNode(
             self.member,
             config.group_spec(),
@@ -116,7 +136,7 @@ class Sidecar:
                 trim_ticks=max(1, round(TRIM_SECONDS * ticks_per_second)),
                 trim_margin=4 * config.ordering.retained_applied,
             ),
-            SidecarObserver(self.metrics, self.latency),
+            self._observer,
             recovered.ledger if recovered is not None else None,
         )
         for port in (log_port, delivery_port):
@@ -124,7 +144,8 @@ class Sidecar:
                 port.driver = driver
         self.driver = driver
         for topic, seq in driver.state.delivered_seq.items():
-            self.metrics.delivered_seq.labels(topic).set(seq)
+            if topic != self.heartbeat_topic:
+                self.metrics.delivered_seq.labels(topic).set(seq)
         await transport.start()
         if self._cluster is not None:
             await asyncio.to_thread(self._cluster.reader.start)
@@ -141,6 +162,13 @@ class Sidecar:
             asyncio.create_task(self._tick_loop(driver), name="tick"),
             asyncio.create_task(self._lag_loop(), name="loop-lag"),
         ]
+        if self._cluster is not None:
+            kafka = config.own_member.kafka
+            assert kafka is not None
+            self._heartbeats = HeartbeatEmitter(
+                kafka.client_properties(), self.heartbeat_topic, self.member
+            )
+            tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeats"))
         stop_wait = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
         code = 0
@@ -173,10 +201,25 @@ class Sidecar:
             config.member,
             config.topics.global_topic,
             config.topics.global_partitions,
-            config.topics.selects,
+            self._selects,
             config.ordering.max_batch_events,
             config.ordering.max_batch_bytes,
         )
+
+    def _selects(self, topic: str) -> bool:
+        """The configured source topics, and this group's heartbeat topic."""
+        return topic == self.heartbeat_topic or self.config.topics.selects(topic)
+
+    async def _heartbeat_loop(self) -> None:
+        """One heartbeat a second, and the per-partition record lag of this origin."""
+        while True:
+            if self._heartbeats is not None:
+                self._heartbeats.beat()
+            if self._cluster is not None:
+                marks = self._observer.own_marks
+                for (topic, partition), end in self._cluster.reader.end_offsets().items():
+                    self.mirror.lag(topic, partition, end - marks.get((topic, partition), 0))
+            await asyncio.sleep(INTERVAL_SECONDS)
 
     async def _let_transaction_finish(self, driver: MemberDriver) -> None:
         driver.stopping = True
@@ -185,6 +228,8 @@ class Sidecar:
             await asyncio.sleep(0.05)  # polling a condition with a deadline
 
     async def _close(self) -> None:
+        if self._heartbeats is not None:
+            await asyncio.to_thread(self._heartbeats.close)
         if self._cluster is not None:
             await asyncio.to_thread(self._cluster.reader.stop)
         if self.transport is not None:
@@ -303,6 +348,12 @@ class Sidecar:
             "maxEventLoopLagSeconds": round(self.max_loop_lag, 3),
         }
         doc.update(delivery_section(self.driver))
+        # Heartbeats travel like events; the counts here are the user's events only.
+        observer = self._observer
+        doc["eventsIn"] = doc.get("eventsIn", 0) - observer.heartbeats_in
+        doc["eventsOut"] = doc.get("eventsOut", 0) - observer.heartbeats_out
+        doc["heartbeatsOut"] = observer.heartbeats_out
+        doc.get("deliveredSeq", {}).pop(self.heartbeat_topic, None)
         if self.driver is not None:
             doc.update(node_section(self.driver))
         if self._cluster is not None:

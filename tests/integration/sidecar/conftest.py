@@ -79,14 +79,16 @@ def sidecar_group(
         witnesses: Sequence[str] = (),
         global_partitions: int = 1,
         ordering: Mapping[str, Any] | None = None,
+        topics: Mapping[str, Any] | None = None,
     ) -> LocalSidecarGroup:
+        """``topics`` replaces the topics section (``topic`` is then ignored)."""
         name = group_name(tag)
         group = LocalSidecarGroup(
             name,
             clusters,
             tmp_path / name,
             witnesses=witnesses,
-            topics={"names": [topic], "globalPartitions": global_partitions},
+            topics=dict(topics or {"names": [topic], "globalPartitions": global_partitions}),
             ordering=dict(ordering or {"tickMs": 20}),
         )
         groups.append(group)

@@ -1,0 +1,169 @@
+"""Metrics named after MirrorMaker 2's, so dashboards and alerts carry over.
+
+MM2's source connector reports, per replicated partition, ``replication-latency-ms``
+(with ``-max`` and ``-avg``), ``record-count``, ``byte-rate`` and ``record-age-ms``
+(with ``-max`` and ``-avg``). Here the same quantities, in Prometheus spelling
+(``kdsync_mirror_`` + the name with ``_`` for ``-``; a counter gets ``_total``):
+
+- ``replication-latency-ms`` (``-max``, ``-avg``): ``kdsync_mirror_replication_latency_ms``
+  (``_max``, ``_avg``) by source, target, topic: origin record timestamp to commit in this
+  member's ``T-global`` (the last record; max and mean over the last 30 s);
+- ``record-count``: ``kdsync_mirror_record_count_total``, same labels: records committed;
+- ``byte-rate``: ``kdsync_mirror_byte_rate``, same labels: key and value bytes per second
+  committed over the last 30 s;
+- ``record-age-ms`` (``-max``, ``-avg``): ``kdsync_mirror_record_age_ms`` (...) by topic,
+  on the origin: how old a record is when this sidecar reads it from ``T``;
+- not in MM2 (KIP-971): ``kdsync_mirror_record_lag`` by topic and partition, on the
+  origin: records of ``T`` not yet in its own ``T-global``.
+
+``source`` is the origin member, ``target`` this member; the heartbeat topic
+(``kdsync-<group>.heartbeats``) shows up as a topic like any other, and also in
+``kdsync_heartbeat_latency_ms`` and ``kdsync_heartbeats_received_total`` per origin.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+WINDOW_SECONDS = 30.0
+
+
+class WindowStat:
+    """Values seen in the last ``WINDOW_SECONDS``: their max, mean and sum."""
+
+    def __init__(self, window: float = WINDOW_SECONDS) -> None:
+        self._window = window
+        self._values: deque[tuple[float, float]] = deque()
+
+    def add(self, now: float, values: Iterable[float]) -> None:
+        for value in values:
+            self._values.append((now, value))
+        self._expire(now)
+
+    def _expire(self, now: float) -> None:
+        while self._values and self._values[0][0] < now - self._window:
+            self._values.popleft()
+
+    def max(self) -> float:
+        return max((v for _, v in self._values), default=0.0)
+
+    def mean(self) -> float:
+        return sum(v for _, v in self._values) / len(self._values) if self._values else 0.0
+
+    def rate(self, now: float) -> float:
+        self._expire(now)
+        return sum(v for _, v in self._values) / self._window
+
+
+class MirrorMetrics:
+    def __init__(self, registry: CollectorRegistry, member: str, heartbeat_topic: str) -> None:
+        self.member = member
+        self.heartbeat_topic = heartbeat_topic
+        pair = ["source", "target", "topic"]
+        r = registry
+        self.latency = Gauge(
+            "kdsync_mirror_replication_latency_ms",
+            "MM2 replication-latency-ms: origin timestamp to commit here, last record",
+            pair,
+            registry=r,
+        )
+        self.latency_max = Gauge(
+            "kdsync_mirror_replication_latency_ms_max",
+            "MM2 replication-latency-ms-max over the last 30 s",
+            pair,
+            registry=r,
+        )
+        self.latency_avg = Gauge(
+            "kdsync_mirror_replication_latency_ms_avg",
+            "MM2 replication-latency-ms-avg over the last 30 s",
+            pair,
+            registry=r,
+        )
+        self.record_count = Counter(
+            "kdsync_mirror_record_count",
+            "MM2 record-count: records committed to this member's T-global",
+            pair,
+            registry=r,
+        )
+        self.byte_rate = Gauge(
+            "kdsync_mirror_byte_rate",
+            "MM2 byte-rate: key and value bytes per second committed, over the last 30 s",
+            pair,
+            registry=r,
+        )
+        self.record_age = Gauge(
+            "kdsync_mirror_record_age_ms",
+            "MM2 record-age-ms: age of a source record when this sidecar read it, last",
+            ["topic"],
+            registry=r,
+        )
+        self.record_age_max = Gauge(
+            "kdsync_mirror_record_age_ms_max",
+            "MM2 record-age-ms-max over the last 30 s",
+            ["topic"],
+            registry=r,
+        )
+        self.record_age_avg = Gauge(
+            "kdsync_mirror_record_age_ms_avg",
+            "MM2 record-age-ms-avg over the last 30 s",
+            ["topic"],
+            registry=r,
+        )
+        self.record_lag = Gauge(
+            "kdsync_mirror_record_lag",
+            "Records of a source partition not yet in this member's T-global (KIP-971)",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.heartbeat_latency = Gauge(
+            "kdsync_heartbeat_latency_ms",
+            "Latency of the last heartbeat from the source member to this member's T-global",
+            ["source"],
+            registry=r,
+        )
+        self.heartbeats = Counter(
+            "kdsync_heartbeats_received",
+            "Heartbeats from the source member committed here",
+            ["source"],
+            registry=r,
+        )
+        self._latency_window: dict[tuple[str, str], WindowStat] = {}
+        self._bytes_window: dict[tuple[str, str], WindowStat] = {}
+        self._age_window: dict[str, WindowStat] = {}
+
+    def replicated(
+        self, source: str, topic: str, latencies_ms: list[float], sizes: list[int], now: float
+    ) -> None:
+        """Records from ``source``'s ``topic`` were committed here (one transaction)."""
+        labels = (source, self.member, topic)
+        key = (source, topic)
+        self.record_count.labels(*labels).inc(len(sizes))
+        sent = self._bytes_window.setdefault(key, WindowStat())
+        sent.add(now, sizes)
+        self.byte_rate.labels(*labels).set(sent.rate(now))
+        if not latencies_ms:
+            return
+        window = self._latency_window.setdefault(key, WindowStat())
+        window.add(now, latencies_ms)
+        self.latency.labels(*labels).set(latencies_ms[-1])
+        self.latency_max.labels(*labels).set(window.max())
+        self.latency_avg.labels(*labels).set(window.mean())
+        if topic == self.heartbeat_topic:
+            self.heartbeat_latency.labels(source).set(latencies_ms[-1])
+            self.heartbeats.labels(source).inc(len(latencies_ms))
+
+    def consumed(self, topic: str, ages_ms: list[float], now: float) -> None:
+        """This sidecar read records of its own ``topic`` (ages at read time)."""
+        if not ages_ms:
+            return
+        window = self._age_window.setdefault(topic, WindowStat())
+        window.add(now, ages_ms)
+        self.record_age.labels(topic).set(ages_ms[-1])
+        self.record_age_max.labels(topic).set(window.max())
+        self.record_age_avg.labels(topic).set(window.mean())
+
+    def lag(self, topic: str, partition: int, records: int) -> None:
+        self.record_lag.labels(topic, str(partition)).set(max(0, records))
