@@ -375,7 +375,7 @@ class TcpTransport:
         self._started = False
         self._closing = False
         self._closed = asyncio.Event()
-        self.rejected_connections = 0
+        self._rejected_connections = 0
 
     # -- PeerTransport ---------------------------------------------------------------
 
@@ -443,6 +443,10 @@ class TcpTransport:
 
     async def receive(self) -> ReceivedFrame:
         return await self._inbound.get()
+
+    @property
+    def rejected_connections(self) -> int:
+        return self._rejected_connections
 
     def peer_states(self) -> dict[str, PeerState]:
         return {name: peer.snapshot() for name, peer in self._peers.items()}
@@ -629,7 +633,7 @@ class TcpTransport:
                 async with asyncio.timeout(self.config.handshake_timeout_s):
                     name = await self._accept_handshake(reader, writer)
             except Exception as exc:
-                self.rejected_connections += 1
+                self._rejected_connections += 1
                 logger.warning(
                     "rejected peer connection from %s: %s",
                     remote,
