@@ -93,6 +93,9 @@ class CampaignReport:
     outcomes: list[FaultOutcome] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     harness_problems: list[str] = field(default_factory=list)
+    # Sidecars that stopped themselves on purpose (e.g. their broker unreachable for longer
+    # than a timeout) and were restarted, as Kubernetes would: availability, not safety.
+    unplanned_exits: list[str] = field(default_factory=list)
     duration_s: float = 0.0
 
     @property
@@ -139,6 +142,7 @@ class CampaignReport:
             "peak sidecar RSS while held (MiB): "
             + ", ".join(f"{k} {v}" for k, v in self.peak_rss_mib.items())
         )
+        lines += [f"unplanned exit (restarted): {e}" for e in self.unplanned_exits]
         lines += [f"VIOLATION: {v}" for v in self.violations]
         return "\n".join(lines)
 
@@ -269,14 +273,17 @@ class Campaign:
             hold_until = time.monotonic() + fault.hold_s
             peak_rss: dict[str, float] = {}
             while time.monotonic() < hold_until:
-                self._check_processes(fault, targets)
+                self._check_processes(
+                    f"during {fault.describe()}",
+                    targets if fault.kind is FaultKind.KILL_SIDECAR else (),
+                )
                 for name, rss in self._rss_mib().items():
                     peak_rss[name] = max(rss, peak_rss.get(name, 0.0))
                 time.sleep(0.5)  # the fault's hold time: the schedule's, not a synchronisation
             self._heal(fault, targets)
             acked = self._traffic.total
             healed = time.monotonic()
-            recovered = self._wait_recovered(acked)
+            recovered = self._wait_recovered(acked, f"after {fault.describe()}")
             recovery = round(time.monotonic() - healed, 2) if recovered else None
             if recovery is None:
                 self.report.violations.append(
@@ -403,20 +410,23 @@ class Campaign:
             broker.start()
             broker.wait_ready(timeout=120)
 
-    def _check_processes(self, fault: Fault, targets: tuple[str, ...]) -> None:
-        """A sidecar that exits on its own (not killed by the schedule) is a violation;
-        it is restarted so the campaign goes on."""
+    def _check_processes(self, when: str, spared: tuple[str, ...] = ()) -> None:
+        """Restart a sidecar that exited on its own (not one the schedule killed), as a
+        process supervisor would. A deliberate stop (its last error line says "sidecar
+        stopping: <reason>", e.g. its broker unreachable past a timeout) is reported as an
+        unplanned exit; anything else (a crash) is a violation."""
         assert self._group is not None
         for name, member in self._group.members.items():
-            if member.running:
+            if member.running or name in spared:
                 continue
-            if fault.kind is FaultKind.KILL_SIDECAR and name in targets:
-                continue
-            self.report.violations.append(
-                f"during {fault.describe()}: sidecar {name} exited on its own "
-                f"(code {member.process.returncode if member.process else None}); "
-                f"see {member.log_path}"
-            )
+            code = member.process.returncode if member.process else None
+            reason = _stop_reason(member.log_path)
+            if reason is not None:
+                self.report.unplanned_exits.append(f"{when}: {name} (code {code}): {reason}")
+            else:
+                self.report.violations.append(
+                    f"{when}: sidecar {name} crashed (code {code}); see {member.log_path}"
+                )
             self._group.start_member(name)
 
     def _rss_mib(self) -> dict[str, float]:
@@ -434,11 +444,11 @@ class Campaign:
                     out[name] = round(int(line.split()[1]) / 1024, 1)
         return out
 
-    def _wait_recovered(self, acked: int) -> bool:
+    def _wait_recovered(self, acked: int, when: str) -> bool:
         assert self._group is not None and self._watch is not None
         deadline = time.monotonic() + self.settings.recovery_timeout_s
         while time.monotonic() < deadline:
-            self._check_processes(_NO_FAULT, ())
+            self._check_processes(when)
             ready = all((self._group.status(m) or {}).get("ready") is True for m in self.members)
             if ready and all(self._watch.count(m) >= acked for m in self.members):
                 return True
@@ -485,7 +495,19 @@ class Campaign:
             self.report.violations.append(f"final check: {failure}")
 
 
-_NO_FAULT = Fault(-1, FaultKind.KILL_SIDECAR, (), 0.0)
+def _stop_reason(log_path: Path) -> str | None:
+    """The reason of the sidecar's last deliberate stop in its log, if it ended with one."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()[-200:]
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if "Traceback" in line:
+            return None
+        marker = "sidecar stopping: "
+        if marker in line:
+            return line.split(marker, 1)[1].strip()
+    return None
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
