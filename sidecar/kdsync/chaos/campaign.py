@@ -420,7 +420,7 @@ class Campaign:
             if member.running or name in spared:
                 continue
             code = member.process.returncode if member.process else None
-            reason = _stop_reason(member.log_path)
+            reason = stop_reason(member.log_path)
             if reason is not None:
                 self.report.unplanned_exits.append(f"{when}: {name} (code {code}): {reason}")
             else:
@@ -495,7 +495,7 @@ class Campaign:
             self.report.violations.append(f"final check: {failure}")
 
 
-def _stop_reason(log_path: Path) -> str | None:
+def stop_reason(log_path: Path) -> str | None:
     """The reason of the sidecar's last deliberate stop in its log, if it ended with one."""
     try:
         lines = log_path.read_text(errors="replace").splitlines()[-200:]
