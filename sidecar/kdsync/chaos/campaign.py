@@ -211,7 +211,8 @@ class Campaign:
             run_root=run_dir / "kafka",
         )
         self._cleanups.append(self._fleet.close)
-        self._fleet.start()
+        # Generous: on a loaded machine three JVMs can take minutes to become ready.
+        self._fleet.start(timeout=300)
         self._direct = {m: self._fleet[f"chaos-{m}"].bootstrap_servers for m in members}
 
         self._proxies = ToxiproxyServer(run_dir / "toxiproxy.log")
