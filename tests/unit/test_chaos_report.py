@@ -37,3 +37,16 @@ def test_a_deliberate_stop_is_told_from_a_crash(tmp_path: Path) -> None:
     crashed.write_text("INFO all fine\nTraceback (most recent call last):\n  boom\n")
     assert stop_reason(crashed) is None
     assert stop_reason(tmp_path / "missing.log") is None
+
+
+def test_only_the_last_run_of_an_appended_log_counts(tmp_path: Path) -> None:
+    log = tmp_path / "m3.log"
+    noise = "INFO [m3] kdsync.librdkafka: FAIL ... connection refused\n" * 500
+    first_run = (
+        "INFO [m3] kdsync.runtime.sidecar: member m3 of group g running (data member)\n"
+        "ERROR [m3] kdsync.runtime.sidecar: sidecar stopping: broker away\n"
+    )
+    log.write_text(first_run + noise)
+    assert stop_reason(log) == "broker away"  # however much noise follows the stop line
+    log.write_text(first_run + noise + first_run.splitlines()[0] + "\n" + noise)
+    assert stop_reason(log) is None  # the second run logged no stop of its own

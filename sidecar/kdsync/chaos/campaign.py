@@ -497,11 +497,22 @@ class Campaign:
 
 
 def stop_reason(log_path: Path) -> str | None:
-    """The reason of the sidecar's last deliberate stop in its log, if it ended with one."""
+    """The reason of the sidecar's deliberate stop at the end of its log (the file is
+    appended to across restarts: only the last run, back to its "running" line, counts),
+    or None when that run ended otherwise or logged a traceback after its stop line."""
     try:
-        lines = log_path.read_text(errors="replace").splitlines()[-200:]
+        lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
         return None
+    for line in reversed(lines):
+        if "Traceback" in line:
+            return None
+        marker = "sidecar stopping: "
+        if marker in line:
+            return line.split(marker, 1)[1].strip()
+        if "kdsync.runtime.sidecar: member " in line and " running " in line:
+            return None  # the start of the last run: it logged no stop
+    return None
     for line in reversed(lines):
         if "Traceback" in line:
             return None
