@@ -34,6 +34,7 @@ class LocalMember:
     config_path: Path
     log_path: Path
     http: str
+    peer: str = ""  # where this member's peer listener binds
     process: subprocess.Popen[bytes] | None = None
     log_file: IO[bytes] | None = None
 
@@ -53,8 +54,13 @@ class LocalSidecarGroup:
         topics: Mapping[str, Any] | None = None,
         ordering: Mapping[str, Any] | None = None,
         member_order: Sequence[str] | None = None,
+        peer_routes: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        """``clusters``: data member name -> bootstrap servers of its Kafka cluster."""
+        """``clusters``: data member name -> bootstrap servers of its Kafka cluster.
+
+        ``peer_routes`` (member -> other member -> address) makes each member dial the others
+        at those addresses (proxies, in the fault campaigns) while it listens on its own
+        port; without it every member dials the others' listeners directly."""
         self.group = group
         self.run_dir = run_dir
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -75,10 +81,16 @@ class LocalSidecarGroup:
         for i, name in enumerate(names):
             http = f"127.0.0.1:{ports[2 * i + 1]}"
             files = tls[name]
+            routes = (peer_routes or {}).get(name, {})
             config = {
                 "group": group,
                 "member": name,
-                "members": members_yaml,
+                "members": [
+                    {**entry, "peer": routes[str(entry["name"])]}
+                    if entry["name"] in routes
+                    else entry
+                    for entry in members_yaml
+                ],
                 "topics": dict(topics or {"names": ["orders"]}),
                 "tls": {
                     "ca": str(files.ca_cert),
@@ -88,10 +100,13 @@ class LocalSidecarGroup:
                 "http": http,
                 "ordering": dict(ordering or {"tickMs": 20}),
             }
+            peer = f"127.0.0.1:{ports[2 * i]}"
+            if routes:
+                config["listen"] = peer
             path = run_dir / f"{name}.yaml"
             path.write_text(yaml.safe_dump(config, sort_keys=False))
             self.members[name] = LocalMember(
-                name, name in witnesses, path, run_dir / f"{name}.log", http
+                name, name in witnesses, path, run_dir / f"{name}.log", http, peer
             )
 
     # -- processes ---------------------------------------------------------------------

@@ -341,6 +341,49 @@ def test_dialer_refuses_a_target_presenting_another_members_certificate(
     run(main)
 
 
+def test_a_member_configured_differently_is_refused_at_connection_time(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """Same group, valid certificates, but b has another member list and topic settings:
+    neither side links up, and both say what differs."""
+    agreement = {"members": [["a", False], ["b", False]], "topics": {"globalPartitions": 1}}
+    configs = group_configs(pki, ["a", "b"], agreement=agreement)
+    wrong_b = replace(
+        configs["b"],
+        agreement={
+            "members": [["a", False], ["b", False], ["c", False]],
+            "topics": {"globalPartitions": 3},
+        },
+    )
+
+    async def main() -> None:
+        async with running(configs["a"], wrong_b) as (a, b):
+            assert a.send("b", b"for b only")
+            assert b.send("a", b"for a only")
+
+            def both_refused() -> bool:
+                return all(
+                    "configuration disagrees" in (t.peer_states()[p].last_error or "")
+                    for t, p in ((a, "b"), (b, "a"))
+                )
+
+            await wait_until(both_refused, "a and b record the disagreement")
+            error = a.peer_states()["b"].last_error or ""
+            assert 'members: [["a", false], ["b", false]] here' in error, error
+            assert "globalPartitions" in error, error
+            for transport, peer in ((a, "b"), (b, "a")):
+                state = transport.peer_states()[peer]
+                assert state.outbound is not LinkStatus.CONNECTED
+                assert state.frames_sent == 0 and state.frames_received == 0
+            assert a.rejected_connections + b.rejected_connections > 0
+
+        # The same agreement on both sides links up as usual.
+        async with running(configs["a"], configs["b"]) as (a, b):
+            await assert_delivers(a, b, b"agreed")
+
+    run(main)
+
+
 def test_garbage_and_oversized_frames_close_the_connection_not_the_listener(
     pki: dict[str, MemberTlsFiles],
 ) -> None:

@@ -476,3 +476,23 @@ def test_format_path() -> None:
     )
     assert format_path(("properties", "sasl.mechanism")) == 'properties["sasl.mechanism"]'
     assert format_path(()) == "(top level)"
+
+
+def test_members_share_an_agreement_that_leaves_addresses_out(
+    tmp_path: Path, tls_dir: Path
+) -> None:
+    """What the peer handshake compares: the member list and the topic settings, the same
+    whichever member's file it comes from, whatever address each member dials."""
+    data = three_members(tls_dir)
+    ours = load_config(write(tmp_path, data)).transport_config().agreement
+    assert ours["members"] == [["us-east", False], ["eu-west", False], ["ap-south", False]]
+    assert ours["topics"]["globalSuffix"] == "-global"
+    assert ours["topics"]["globalPartitions"] == 1
+
+    other = copy.deepcopy(data)
+    other["member"] = "eu-west"
+    other["members"][2]["peer"] = "127.0.0.1:9999"  # e.g. through a proxy
+    assert load_config(write(tmp_path, other)).transport_config().agreement == ours
+
+    other["topics"]["globalPartitions"] = 3
+    assert load_config(write(tmp_path, other)).transport_config().agreement != ours

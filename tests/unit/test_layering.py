@@ -134,6 +134,12 @@ PLANTS = {
         "from kdsync.simulation import campaign",
         "kdsync.simulation.scenario -> kdsync.simulation.campaign",
     ),
+    "the chaos schedule reads the clock": Plant(
+        "pure-chaos-schedule",
+        "sidecar/kdsync/chaos/schedule.py",
+        CLOCK_IN_A_FUNCTION,
+        "kdsync.chaos.schedule -> time",
+    ),
     "Kafka I/O imports the runtime above it": Plant(
         "kdsync-layers",
         "sidecar/kdsync/kafka/topics.py",

@@ -157,3 +157,25 @@ def test_reaper_kills_brokers_of_a_dead_owner_and_spares_live_sessions(tmp_path:
         if stand_in.poll() is None:
             stand_in.kill()
             stand_in.wait()
+
+
+def test_an_extra_listener_can_advertise_a_proxy_in_front_of_it(tmp_path: Path) -> None:
+    ports = BrokerPorts(9092, 9093, (("SIDECAR", 9094),))
+    props = broker_properties(
+        host="127.0.0.1",
+        ports=ports,
+        data_dir=tmp_path,
+        extra_listeners={"SIDECAR": "PLAINTEXT"},
+        advertised={"SIDECAR": "127.0.0.1:18000"},
+    )
+    assert "SIDECAR://127.0.0.1:9094" in props["listeners"].split(",")
+    advertised = props["advertised.listeners"].split(",")
+    assert "SIDECAR://127.0.0.1:18000" in advertised
+    assert "PLAINTEXT://127.0.0.1:9092" in advertised  # the others advertise themselves
+    with pytest.raises(ValueError, match="not extra listeners"):
+        broker_properties(
+            host="127.0.0.1",
+            ports=ports,
+            data_dir=tmp_path,
+            advertised={"SIDECAR": "127.0.0.1:18000"},
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator, model_validator
 
 from kdsync import naming
@@ -126,4 +128,14 @@ class SidecarConfig(ConfigModel):
             peers={m.name: m.peer for m in self.members},
             tls=None if self.tls is None else self.tls.files(),
             insecure=self.insecure,
+            agreement=self.agreement(),
         )
+
+    def agreement(self) -> dict[str, Any]:
+        """The settings every member of the group must share, as JSON values: checked in
+        the peer handshake, so a member configured differently is refused when it connects
+        (peer addresses are left out: they may differ, e.g. behind proxies or NAT)."""
+        return {
+            "members": [[m.name, m.witness] for m in self.members],
+            "topics": self.topics.model_dump(mode="json", by_alias=True),
+        }

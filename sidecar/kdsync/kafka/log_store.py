@@ -205,8 +205,10 @@ class LogStore:
             futures = admin.delete_records([TopicPartition(self._topic, 0, cut)])
             for future in futures.values():
                 future.result(timeout=30)
-        except KafkaException as exc:
-            log.warning("could not trim %s below offset %d: %s", self._topic, cut, exc)
+        except (KafkaException, TimeoutError) as exc:
+            # Best effort: a broker away for 30 s (TimeoutError from the future) is retried
+            # on the next trim like any other failure.
+            log.warning("could not trim %s below offset %d: %r", self._topic, cut, exc)
             return
         with self._lock:
             for index in stale:

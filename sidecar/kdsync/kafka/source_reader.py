@@ -76,6 +76,8 @@ class SourceReader:
         self._assigned: dict[tuple[str, int], int] = {}  # partition -> next position to offer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kdsync-source", daemon=True)
+        self._close_lock = threading.Lock()
+        self._closed = False
         self._to_commit: dict[tuple[str, int], int] | None = None
         self._ends: dict[tuple[str, int], int] = {}
         self.errors = 0
@@ -106,7 +108,18 @@ class SourceReader:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        self._consumer.close()
+        if self._thread.is_alive():
+            # Still inside a metadata call (its broker unreachable, up to 30 s): closing the
+            # consumer under it would make its next call raise. It closes it on its way out.
+            log.info("the source reader is still waiting on Kafka; it stops when that returns")
+            return
+        self._close_consumer()
+
+    def _close_consumer(self) -> None:
+        with self._close_lock:
+            if not self._closed:
+                self._closed = True
+                self._consumer.close()
 
     def positions(self) -> dict[tuple[str, int], int]:
         return dict(self._assigned)
@@ -152,6 +165,13 @@ class SourceReader:
             self._consumer.incremental_assign(new)
 
     def _run(self) -> None:
+        try:
+            self._read_until_stopped()
+        finally:
+            if self._stop.is_set():
+                self._close_consumer()
+
+    def _read_until_stopped(self) -> None:
         next_discovery = time.monotonic() + _DISCOVERY_SECONDS
         next_ends = time.monotonic()
         while not self._stop.is_set():

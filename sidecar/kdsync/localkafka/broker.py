@@ -95,6 +95,7 @@ class LocalKafkaBroker:
         host: str = "127.0.0.1",
         overrides: Mapping[str, PropertyValue] | None = None,
         extra_listeners: Mapping[str, str] | None = None,
+        advertised: Mapping[str, str] | None = None,
         heap: str = DEFAULT_HEAP,
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         pid_registry: PidRegistry | None = None,
@@ -108,6 +109,8 @@ class LocalKafkaBroker:
         self.overrides: dict[str, PropertyValue] = dict(overrides or {})
         # Client listeners besides PLAINTEXT: name -> security protocol (see broker_properties).
         self.extra_listeners: dict[str, str] = dict(extra_listeners or {})
+        # Extra listener -> the host:port clients are told to use (e.g. a proxy's).
+        self.advertised: dict[str, str] = dict(advertised or {})
         self.heap = heap
         self.jvm_options = tuple(jvm_options)
         self._pid_registry = pid_registry
@@ -289,6 +292,7 @@ class LocalKafkaBroker:
             data_dir=self.data_dir,
             overrides=self.overrides,
             extra_listeners=self.extra_listeners,
+            advertised=self.advertised,
         )
 
     def _write_properties(self) -> None:

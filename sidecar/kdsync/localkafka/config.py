@@ -120,6 +120,7 @@ def broker_properties(
     data_dir: Path,
     overrides: Mapping[str, PropertyValue] | None = None,
     extra_listeners: Mapping[str, str] | None = None,
+    advertised: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """All properties of a one-node combined-mode cluster, overrides applied last.
 
@@ -140,13 +141,20 @@ def broker_properties(
     broker_endpoint = f"{host}:{ports.broker}"
     controller_endpoint = f"{host}:{ports.controller}"
     listeners = [f"PLAINTEXT://{broker_endpoint}", f"CONTROLLER://{controller_endpoint}"]
+    advertised_listeners = list(listeners)
     protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+    unknown = sorted(set(advertised or {}) - set(extra))
+    if unknown:
+        raise ValueError(
+            f"advertised addresses for listeners that are not extra listeners: {unknown}"
+        )
     for name, protocol in extra.items():
         try:
             port = ports.extra_port(name)
         except KeyError:
             raise ValueError(f"extra listener {name} has no port in {ports}") from None
         listeners.append(f"{name}://{host}:{port}")
+        advertised_listeners.append(f"{name}://{(advertised or {}).get(name, f'{host}:{port}')}")
         protocols.append(f"{name}:{protocol}")
     properties: dict[str, str] = {
         "process.roles": "broker,controller",
@@ -154,7 +162,7 @@ def broker_properties(
         "controller.quorum.bootstrap.servers": controller_endpoint,
         "controller.listener.names": "CONTROLLER",
         "listeners": ",".join(listeners),
-        "advertised.listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised_listeners),
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": ",".join(protocols),
         "log.dirs": str(data_dir),

@@ -52,6 +52,8 @@ class ClusterSpec:
     name: str
     overrides: Mapping[str, PropertyValue] = field(default_factory=dict)
     extra_listeners: Mapping[str, str] = field(default_factory=dict)
+    # Extra listener -> host:port advertised to its clients instead of its own (a proxy).
+    advertised: Mapping[str, str] = field(default_factory=dict)
 
 
 class FleetStartupError(BrokerError):
@@ -237,6 +239,7 @@ class LocalKafkaFleet:
                 host=self.host,
                 overrides=spec.overrides,
                 extra_listeners=spec.extra_listeners,
+                advertised=spec.advertised,
                 heap=self.heap,
                 jvm_options=self.jvm_options,
                 pid_registry=registry,

@@ -114,6 +114,12 @@ class SidecarMetrics:
             ["peer"],
             registry=r,
         )
+        self.peer_rejected = Gauge(
+            "kdsync_peer_connections_rejected",
+            "Inbound peer connections refused since start: no or a malformed hello, not a "
+            "member, a different group configuration, or a handshake that took too long",
+            registry=r,
+        )
         self.elections = Counter(
             "kdsync_elections",
             "Election steps of this member: pre-vote (asked), campaign (pre-vote won), "

@@ -322,6 +322,7 @@ class Sidecar:
                 m.peer_connected.labels(peer.peer).set(
                     1 if peer.outbound == LinkStatus.CONNECTED else 0
                 )
+            m.peer_rejected.set(self.transport.rejected_connections)
         if self._cluster is not None:
             m.source_errors.set(self._cluster.reader.errors)
         m.ready.set(1 if self.readiness()[0] else 0)

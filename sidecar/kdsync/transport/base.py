@@ -128,6 +128,12 @@ class PeerTransport(Protocol):
         """A snapshot of every peer's link state and counters, keyed by peer name."""
         ...
 
+    @property
+    def rejected_connections(self) -> int:
+        """Inbound connections refused before they became a peer link (no or a malformed
+        hello, not a member, configuration mismatch, handshake too slow), since start."""
+        ...
+
     async def close(self) -> None:
         """Stop all tasks and close all connections; idempotent."""
         ...

@@ -39,7 +39,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +90,10 @@ _TCP_USER_TIMEOUT_MS = 30_000
 
 class HandshakeError(TransportError):
     """A malformed or unexpected hello/welcome."""
+
+
+class PeerConfigMismatch(HandshakeError):
+    """A member's group settings (members, topics) differ from ours: the link is refused."""
 
 
 # Failures that networks and misbehaving peers cause; anything else is a bug and is
@@ -257,9 +261,38 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _handshake_frame(kind: str, group: str, member: str) -> bytes:
-    message = {"kdsync": kind, "version": HANDSHAKE_VERSION, "group": group, "member": member}
+def _handshake_frame(
+    kind: str, group: str, member: str, agreement: Mapping[str, Any] | None = None
+) -> bytes:
+    message: dict[str, Any] = {
+        "kdsync": kind,
+        "version": HANDSHAKE_VERSION,
+        "group": group,
+        "member": member,
+    }
+    if agreement:
+        message["agreement"] = dict(agreement)
     return encode_frame(json.dumps(message, separators=(",", ":")).encode())
+
+
+def _disagreement(ours: Mapping[str, Any], frame: bytes, peer: str) -> str | None:
+    """What differs between our agreement and the one in a (parsed-valid) handshake frame;
+    None when they agree, or when either side sends none (a member from before the check)."""
+    theirs = json.loads(frame).get("agreement")
+    if not ours or not isinstance(theirs, dict):
+        return None
+    differences = [
+        f"{key}: {json.dumps(ours.get(key))} here, {json.dumps(theirs.get(key))} at {peer}"
+        for key in sorted(set(ours) | set(theirs))
+        if json.loads(json.dumps(ours.get(key))) != theirs.get(key)
+    ]
+    if not differences:
+        return None
+    return (
+        f"member {peer}'s configuration disagrees with this member's ("
+        + "; ".join(differences)
+        + "); every member needs the same members and topics settings"
+    )
 
 
 def _parse_handshake(frame: bytes, kind: str, group: str) -> str:
@@ -342,7 +375,7 @@ class TcpTransport:
         self._started = False
         self._closing = False
         self._closed = asyncio.Event()
-        self.rejected_connections = 0
+        self._rejected_connections = 0
 
     # -- PeerTransport ---------------------------------------------------------------
 
@@ -410,6 +443,10 @@ class TcpTransport:
 
     async def receive(self) -> ReceivedFrame:
         return await self._inbound.get()
+
+    @property
+    def rejected_connections(self) -> int:
+        return self._rejected_connections
 
     def peer_states(self) -> dict[str, PeerState]:
         return {name: peer.snapshot() for name, peer in self._peers.items()}
@@ -525,7 +562,11 @@ class TcpTransport:
                         f"{peer.address} presented a certificate for member {presented!r}, "
                         f"expected {peer.name!r}"
                     )
-            writer.write(_handshake_frame("hello", self.config.group, self.config.member))
+            writer.write(
+                _handshake_frame(
+                    "hello", self.config.group, self.config.member, self.config.agreement
+                )
+            )
             await writer.drain()
             welcome = await read_frame(reader, _MAX_HANDSHAKE_FRAME_BYTES)
             answered_as = _parse_handshake(welcome, "welcome", self.config.group)
@@ -533,6 +574,9 @@ class TcpTransport:
                 raise PeerAuthenticationError(
                     f"{peer.address} answered as member {answered_as!r}, expected {peer.name!r}"
                 )
+            disagreement = _disagreement(self.config.agreement, welcome, peer.name)
+            if disagreement is not None:
+                raise PeerConfigMismatch(disagreement)
         except BaseException:
             await _close_writer(writer)
             raise
@@ -589,7 +633,7 @@ class TcpTransport:
                 async with asyncio.timeout(self.config.handshake_timeout_s):
                     name = await self._accept_handshake(reader, writer)
             except Exception as exc:
-                self.rejected_connections += 1
+                self._rejected_connections += 1
                 logger.warning(
                     "rejected peer connection from %s: %s",
                     remote,
@@ -647,8 +691,17 @@ class TcpTransport:
             )
         self._check_is_peer(claimed)
         _detect_dead_peers(writer)
-        writer.write(_handshake_frame("welcome", self.config.group, self.config.member))
+        # The welcome carries our agreement even to a member that disagrees, so both
+        # sides can say what differs; the link is then refused.
+        writer.write(
+            _handshake_frame(
+                "welcome", self.config.group, self.config.member, self.config.agreement
+            )
+        )
         await writer.drain()
+        disagreement = _disagreement(self.config.agreement, hello, claimed)
+        if disagreement is not None:
+            raise PeerConfigMismatch(disagreement)
         return claimed
 
     def _check_is_peer(self, name: str) -> None:

@@ -7,7 +7,8 @@ transport's asyncio and TLS code (``kdsync.transport.tcp``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from kdsync.transport.address import parse_address
 from kdsync.transport.base import validate_member_name
@@ -22,6 +23,10 @@ class TcpTransportConfig:
     ``peers`` maps every member of the group (this member may be included; it is
     skipped) to the ``host:port`` it listens on. ``listen`` is the local bind address.
     Exactly one of ``tls`` and ``insecure=True`` must be given.
+
+    ``agreement`` holds the settings every member must share (JSON values: the member
+    list, the topic settings); it travels in the handshake, and a peer whose agreement
+    differs is refused at connection time with a message naming what differs.
     """
 
     group: str
@@ -38,6 +43,7 @@ class TcpTransportConfig:
     backoff_max_s: float = 5.0
     connect_timeout_s: float = 10.0
     handshake_timeout_s: float = 10.0
+    agreement: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_member_name(self.group)
