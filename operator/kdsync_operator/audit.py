@@ -109,6 +109,9 @@ def application_spec(group: Group) -> Obj:
             "volumeMounts": mounts,
         },
     }
+    for role, settings in (("driver", checks.driver), ("executor", checks.executor)):
+        if settings.core_request:
+            spec[role]["coreRequest"] = settings.core_request
     if checks.packages:
         spec["deps"] = {"packages": list(checks.packages)}
     return spec

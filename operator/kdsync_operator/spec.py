@@ -105,6 +105,7 @@ class SidecarSpec(_Model):
 
 class SparkRoleSpec(_Model):
     cores: int = 1
+    core_request: str = ""  # the pod's CPU request when smaller than cores (e.g. "250m")
     memory: str = "1g"
     instances: int = 1
 

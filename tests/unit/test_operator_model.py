@@ -198,6 +198,11 @@ def test_audit_objects_for_a_one_off_and_a_scheduled_check() -> None:
     custom = build(make_group(checks={"enabled": True, "serviceAccountName": "spark"})).audit
     assert [o["kind"] for o in custom][:2] == ["Role", "RoleBinding"]
     assert custom[1]["subjects"][0]["name"] == "spark"
+    # A pod may request less CPU than the tasks Spark runs (a small node fits the audit).
+    assert "coreRequest" not in app["spec"]["driver"]
+    small = make_group(checks={"enabled": True, "executor": {"cores": 2, "coreRequest": "250m"}})
+    executor = build(small).audit[-1]["spec"]["executor"]
+    assert (executor["cores"], executor["coreRequest"]) == (2, "250m")
 
 
 # --- validation ----------------------------------------------------------------------
