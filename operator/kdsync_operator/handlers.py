@@ -341,7 +341,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
             observed_sts.pop(member, None)
         for child in wanted.audit:
             try:
-                _apply(child)
+                _apply_audit_child(child, group, logger)
             except ResourceNotFoundError:
                 logger.warning("cannot create %s: is the spark-operator installed?", child["kind"])
     observed = {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes}
@@ -381,6 +381,23 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
             reason="MemberUpdated",
             message=f"updated member {plan.updating}; others wait for it to be ready",
         )
+
+
+def _apply_audit_child(child: Mapping[str, Any], group: Group, logger: Logger) -> None:
+    existing = None
+    if child["kind"] == "ScheduledSparkApplication":
+        existing = _get(
+            child["apiVersion"], child["kind"], group.namespace, child["metadata"]["name"]
+        )
+    _apply(child)
+    if audit.schedule_changed(existing, child):
+        _resource(child["apiVersion"], child["kind"]).status.patch(
+            name=child["metadata"]["name"],
+            namespace=group.namespace,
+            body={"status": {"nextRun": None}},
+            content_type="application/merge-patch+json",
+        )
+        logger.info("audit schedule of %s changed: its next run is computed afresh", group.name)
 
 
 def _without_nulls(value: Any) -> Any:

@@ -182,6 +182,12 @@ def build_status(
         else:
             degraded = cond("Degraded", "False", "AsExpected", "no member is failing")
     consistent = cond("Consistent", audit.status, audit.reason, audit.message)
+    earlier: Mapping[str, Any] = next(
+        (c for c in previous.get("conditions") or [] if c.get("type") == "Consistent"), {}
+    )
+    if audit.in_progress and earlier.get("status") in ("True", "False"):
+        # A new run proves nothing until it ends: the last verdict stands meanwhile.
+        consistent = dict(earlier, observedGeneration=group.generation)
     delivered = [e["deliveredSeq"] for e in member_status if "deliveredSeq" in e]
     status: dict[str, Any] = {
         "observedGeneration": group.generation,

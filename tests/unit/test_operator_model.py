@@ -181,6 +181,7 @@ def test_audit_objects_for_a_one_off_and_a_scheduled_check() -> None:
     app = bundle.audit[-1]
     assert app["spec"]["arguments"] == [
         "--config", "/etc/kdsync/config.yaml", "--report-configmap", "ns/g-audit-report",
+        "--verbose",
     ]  # fmt: skip
     assert app["spec"]["volumes"][0]["secret"]["secretName"] == "g-audit-config"
     # Under spark-submit the session exists before the audit runs: the settings the local
@@ -188,8 +189,11 @@ def test_audit_objects_for_a_one_off_and_a_scheduled_check() -> None:
     assert app["spec"]["sparkConf"] == {
         "spark.redaction.regex": REDACTION_REGEX,  # hides the inline client key
         "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "8",  # not Spark's 200 tasks per shuffle
     }
     assert app["spec"]["sparkConf"].items() <= DEFAULT_SETTINGS.items()
+    wide = make_group(checks={"enabled": True, "executor": {"cores": 4, "instances": 3}})
+    assert build(wide).audit[-1]["spec"]["sparkConf"]["spark.sql.shuffle.partitions"] == "24"
     config = yaml.safe_load(base64.b64decode(bundle.audit[3]["data"]["config.yaml"]))
     assert parse_config(config, check_files=False).member == "a"  # the first data member
     scheduled = build(make_group(checks={"enabled": True, "schedule": "@hourly"})).audit[-1]
@@ -478,6 +482,38 @@ def test_audit_outcome(
     if expected[0] != "Unknown":
         assert outcome.last_audit is not None
         assert outcome.last_audit["passed"] is (expected[0] == "True")
+
+
+def test_a_new_scheduled_run_keeps_the_last_verdict_until_it_ends() -> None:
+    group = make_group(checks={"enabled": True, "schedule": "@hourly"})
+    observed = {m: obs(m) for m in ("a", "b", "w")}
+    plan = rollout.plan_rollout(dict.fromkeys(observed, "new"), observed)
+    passed = audit.audit_outcome(group, app_in("COMPLETED"), report_cm())
+    first = status.build_status(group, observed, plan, passed, None, NOW)
+    consistent = next(c for c in first["conditions"] if c["type"] == "Consistent")
+    assert consistent["status"] == "True"
+    # The next run was just created (no state yet), then runs: neither proves anything.
+    later = "2030-01-01T01:00:00Z"
+    for state in ("", "RUNNING"):
+        running = audit.audit_outcome(group, app_in(state), report_cm())
+        assert running.in_progress and running.reason == "AuditRunning"
+        st = status.build_status(group, observed, plan, running, first, later)
+        assert next(c for c in st["conditions"] if c["type"] == "Consistent") == consistent
+        assert st["lastAudit"] == first["lastAudit"]
+    # Without an earlier verdict, a running audit is simply Unknown.
+    running = audit.audit_outcome(group, app_in("RUNNING"), None)
+    st = status.build_status(group, observed, plan, running, None, later)
+    assert next(c for c in st["conditions"] if c["type"] == "Consistent")["status"] == "Unknown"
+
+
+def test_a_changed_audit_schedule_is_noticed() -> None:
+    hourly = build(make_group(checks={"enabled": True, "schedule": "@hourly"})).audit[-1]
+    often = build(make_group(checks={"enabled": True, "schedule": "*/5 * * * *"})).audit[-1]
+    assert audit.schedule_changed(hourly, often)
+    assert not audit.schedule_changed(hourly, hourly)
+    assert not audit.schedule_changed(None, often)  # created now: nothing to reset
+    one_off = build(make_group(checks={"enabled": True})).audit[-1]
+    assert not audit.schedule_changed(hourly, one_off)
 
 
 def test_checks_disabled_and_last_run_name() -> None:

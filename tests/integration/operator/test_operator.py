@@ -339,9 +339,13 @@ def test_audit_results_set_the_consistent_condition(kube: Kube) -> None:
     assert spec["mainApplicationFile"] == "local:///opt/kdsync/audit/spark_main.py"
     assert spec["arguments"] == [
         "--config", "/etc/kdsync/config.yaml", "--report-configmap", f"{ns}/aud-audit-report",
+        "--verbose",
     ]  # fmt: skip
     assert spec["driver"]["serviceAccount"] == "aud-audit"
-    assert spec["sparkConf"] == dict(AUDIT_SPARK_CONF)  # stored as the operator set it
+    assert spec["sparkConf"] == {  # stored as the operator set it
+        **AUDIT_SPARK_CONF,
+        "spark.sql.shuffle.partitions": "8",
+    }
     assert kube.get("configmap", "aud-audit-report", ns) is not None
     role = kube.get("role", "aud-audit", ns)
     assert role is not None
