@@ -1,0 +1,424 @@
+"""kdsync as a user runs it: Helm, kubectl, the spark-operator, real pods on a real kubelet.
+
+The tests run in file order and build on each other (one group, one traffic history):
+install, a group from examples/ becoming Ready, traffic checked by the independent
+checker, a sidecar pod killed under traffic, a spec change rolled out member by member,
+a scheduled audit through the spark-operator (passing, then catching an injected
+duplicate), helm upgrade, helm uninstall. The figures they measure are printed at the end
+and written to .kdsync-run/e2e-figures.json.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import (
+    NAMESPACE,
+    OPERATOR_NAMESPACE,
+    RELEASE,
+    REPO_ROOT,
+    Cluster,
+    dump_state,
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = REPO_ROOT / "examples" / "dev-group.yaml"
+GROUP = "demo"
+MEMBERS = ("one", "two", "witness")  # spec order
+DATA_MEMBERS = {"one": "kafka-one:9092", "two": "kafka-two:9092"}
+CHECK_MEMBERS = [arg for m, b in DATA_MEMBERS.items() for arg in ("--member", f"{m}={b}")]
+# The live group at moments whose Argo CD health is known: <expected health>-<moment>.yaml.
+SNAPSHOTS = REPO_ROOT / ".kdsync-run" / "e2e-kdsyncgroups"
+
+
+def _time(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _ready_since(pod: dict[str, Any]) -> datetime.datetime | None:
+    for condition in pod.get("status", {}).get("conditions", []):
+        if condition["type"] == "Ready" and condition["status"] == "True":
+            return _time(condition["lastTransitionTime"])
+    return None
+
+
+def _sidecar_pods(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    selector = f"kdsync.io/group={GROUP},app.kubernetes.io/component=sidecar"
+    pods = cluster.items("pods", selector=selector)
+    return {p["metadata"]["labels"]["kdsync.io/member"]: p for p in pods}
+
+
+def _group_ready(cluster: Cluster) -> bool:
+    group = cluster.get("kdg", GROUP) or {}
+    ready = cluster.condition("kdg", GROUP, "Ready")
+    generation = group.get("metadata", {}).get("generation")
+    return ready.get("status") == "True" and ready.get("observedGeneration") == generation
+
+
+def _snapshot(cluster: Cluster, label: str) -> None:
+    """Keeps the live group as it is now (for hack/argocd-health, which evaluates Argo CD's
+    health check on it with Argo CD's own code)."""
+    SNAPSHOTS.mkdir(parents=True, exist_ok=True)
+    text = cluster.kubectl("get", "kdg", GROUP, "-n", NAMESPACE, "-o", "yaml").stdout
+    (SNAPSHOTS / f"{label}.yaml").write_text(text)
+
+
+def _progressing(cluster: Cluster) -> bool:
+    return cluster.condition("kdg", GROUP, "Progressing").get("status") == "True"
+
+
+def _bad_group(name: str) -> dict[str, Any]:
+    """Valid for the CRD's schema and CEL rules; only the webhook's code can refuse it (an
+    include pattern that is not a regular expression)."""
+    return {
+        "apiVersion": "kdsync.io/v1alpha1",
+        "kind": "KdsyncGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "members": [
+                {"name": "a", "kafka": {"bootstrapServers": "kafka-one:9092"}},
+                {"name": "b", "kafka": {"bootstrapServers": "kafka-two:9092"}},
+            ],
+            "topics": {"include": ["(["]},
+        },
+    }
+
+
+def _webhook_refuses_a_bad_group(cluster: Cluster) -> None:
+    result = cluster.kubectl(
+        "apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(_bad_group("bad")), check=False
+    )
+    assert result.returncode != 0
+    assert 'admission webhook "validate-kdsyncgroup.kdsync.io" denied' in result.stderr
+    assert "spec.topics.include[0]" in result.stderr
+    assert cluster.get("kdg", "bad") is None
+
+
+@pytest.fixture(scope="package")
+def group(cluster: Cluster, release: str, figures: dict[str, float]) -> Iterator[str]:
+    """examples/dev-group.yaml applied with kubectl, waited for with kubectl wait."""
+    began = time.monotonic()
+    cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE))
+    result = cluster.kubectl(
+        "wait",
+        "--for=condition=Ready",
+        f"kdsyncgroup/{GROUP}",
+        "-n",
+        NAMESPACE,
+        "--timeout=600s",
+        check=False,
+        timeout=620,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"{result.stderr}\n{dump_state(cluster)}", pytrace=False)
+    figures["kubectl apply -> kubectl wait Ready"] = round(time.monotonic() - began, 1)
+    _snapshot(cluster, "Healthy-ready")
+    yield GROUP
+
+
+@pytest.fixture(scope="package")
+def traffic() -> dict[str, int]:
+    """Events produced so far, per origin (the tests add to it)."""
+    return dict.fromkeys(DATA_MEMBERS, 0)
+
+
+def _produce(cluster: Cluster, traffic: dict[str, int], events: int, rate: float = 0) -> list[str]:
+    pods = []
+    for origin, bootstrap in DATA_MEMBERS.items():
+        pods.append(
+            cluster.tool_pod(
+                "produce",
+                "--bootstrap",
+                bootstrap,
+                "--origin",
+                origin,
+                "--topic",
+                "events",
+                "--events",
+                str(events),
+                "--rate",
+                str(rate),
+                "--first",
+                str(traffic[origin]),
+            )
+        )
+        traffic[origin] += events
+    return pods
+
+
+def _check(cluster: Cluster, traffic: dict[str, int]) -> dict[str, Any]:
+    total = sum(traffic.values())
+    result = cluster.tool(
+        "check",
+        *CHECK_MEMBERS,
+        "--topic",
+        "events",
+        "--expect",
+        str(total),
+        "--timeout",
+        "300",
+        timeout=400,
+    )
+    assert result["problems"] == [], result
+    assert result["ok"] and result["events"] == total, result
+    return result
+
+
+# --- install --------------------------------------------------------------------------------
+
+
+def test_helm_install_runs_the_operator_in_a_pod_that_serves_the_webhook(
+    cluster: Cluster, release: str
+) -> None:
+    pods = cluster.items("pods", OPERATOR_NAMESPACE, "app.kubernetes.io/name=kdsync-operator")
+    assert len(pods) == 1 and _pod_ready(pods[0]), pods
+    operator = pods[0]
+    assert operator["spec"]["containers"][0]["image"] == "kdsync-operator:dev"
+    security = operator["spec"]["containers"][0]["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert operator["spec"]["securityContext"]["runAsNonRoot"] is True
+    # The webhook Service leads to that pod, and nowhere else: no operator runs on the host.
+    slices = cluster.items(
+        "endpointslices", OPERATOR_NAMESPACE, f"kubernetes.io/service-name={release}-webhook"
+    )
+    addresses = [a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]]
+    assert addresses == [operator["status"]["podIP"]]
+    _webhook_refuses_a_bad_group(cluster)
+
+
+def test_example_group_becomes_ready_with_one_nonroot_readonly_pod_per_member(
+    cluster: Cluster, group: str
+) -> None:
+    pods = _sidecar_pods(cluster)
+    assert sorted(pods) == sorted(MEMBERS)
+    for member, pod in pods.items():
+        assert _pod_ready(pod), member
+        container = pod["spec"]["containers"][0]
+        assert container["image"] == "kdsync-sidecar:dev"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert pod["spec"]["securityContext"]["runAsUser"] == 10001
+    status = (cluster.get("kdg", GROUP) or {})["status"]
+    assert status["readyMembers"] == "3/3", status
+    # The operator read each member's metrics from its pod over the pod network (its lag;
+    # deliveredSeq appears with the first delivery).
+    members = {m["name"]: m for m in status["members"]}
+    assert all("lag" in members[m] for m in MEMBERS), members
+
+
+# --- traffic --------------------------------------------------------------------------------
+
+
+def test_traffic_from_both_regions_lands_once_and_in_one_order_everywhere(
+    cluster: Cluster, group: str, traffic: dict[str, int]
+) -> None:
+    for pod in _produce(cluster, traffic, 1500):
+        assert cluster.tool_result(pod)["produced"] == 1500
+    _check(cluster, traffic)
+
+
+def test_a_sidecar_pod_killed_under_traffic_is_recreated_and_exactly_once_holds(
+    cluster: Cluster, group: str, traffic: dict[str, int], figures: dict[str, float]
+) -> None:
+    producers = _produce(cluster, traffic, 3000, rate=150)  # about 20 s of traffic
+    wait_for(
+        "producers running",
+        lambda: all(
+            (cluster.get("pod", p) or {}).get("status", {}).get("phase") == "Running"
+            for p in producers
+        ),
+        timeout=120,
+    )
+    old = _sidecar_pods(cluster)["one"]["metadata"]["uid"]
+    began = time.monotonic()
+    cluster.kubectl("delete", "pod", f"{GROUP}-one-0", "-n", NAMESPACE, "--wait=false")
+
+    def replaced_and_ready() -> bool:
+        pod = _sidecar_pods(cluster).get("one")
+        return pod is not None and pod["metadata"]["uid"] != old and _pod_ready(pod)
+
+    wait_for("the recreated sidecar pod to be Ready", replaced_and_ready, timeout=300, interval=0.5)
+    figures["sidecar pod deleted -> new pod Ready"] = round(time.monotonic() - began, 1)
+    wait_for(
+        "the group to be Ready again", lambda: _group_ready(cluster), timeout=300, interval=0.5
+    )
+    figures["sidecar pod deleted -> group Ready"] = round(time.monotonic() - began, 1)
+    for pod in producers:
+        assert cluster.tool_result(pod)["produced"] == 3000
+    _check(cluster, traffic)
+
+
+# --- rollout --------------------------------------------------------------------------------
+
+
+def test_a_spec_change_rolls_out_one_member_at_a_time_on_real_readiness(
+    cluster: Cluster, group: str, traffic: dict[str, int], figures: dict[str, float]
+) -> None:
+    before = {m: p["metadata"]["uid"] for m, p in _sidecar_pods(cluster).items()}
+    began = time.monotonic()
+    patch = {"spec": {"sidecar": {"podAnnotations": {"e2e.kdsync.io/rollout": "1"}}}}
+    cluster.kubectl("patch", "kdg", GROUP, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(patch))
+    samples: list[dict[str, bool]] = []
+    progressing_seen = False
+
+    def rolled() -> bool:
+        nonlocal progressing_seen
+        pods = _sidecar_pods(cluster)
+        samples.append({m: m in pods and _pod_ready(pods[m]) for m in MEMBERS})
+        if not progressing_seen and _progressing(cluster):
+            progressing_seen = True
+            _snapshot(cluster, "Progressing-rolling")
+        replaced = all(m in pods and pods[m]["metadata"]["uid"] != before[m] for m in MEMBERS)
+        return replaced and all(samples[-1].values()) and _group_ready(cluster)
+
+    wait_for("every member on the new spec", rolled, timeout=600, interval=0.5)
+    figures["spec change -> all 3 members rolled, group Ready"] = round(time.monotonic() - began, 1)
+    assert progressing_seen
+    # Never two members down at once (sampled every half second)...
+    assert all(sum(not ready for ready in sample.values()) <= 1 for sample in samples), samples
+    # ... and, from the pods' own timestamps: each member's new pod was created only after
+    # the previous member's new pod had become Ready (spec order).
+    pods = _sidecar_pods(cluster)
+    for previous, member in itertools.pairwise(MEMBERS):
+        ready = _ready_since(pods[previous])
+        created = _time(pods[member]["metadata"]["creationTimestamp"])
+        assert ready is not None and created >= ready, (previous, member, ready, created)
+    rollout = (cluster.get("kdg", GROUP) or {})["status"].get("rollout", {})
+    assert not rollout.get("outdated"), rollout
+    for pod in _produce(cluster, traffic, 500):
+        cluster.tool_result(pod)
+    _check(cluster, traffic)
+
+
+# --- audits ---------------------------------------------------------------------------------
+
+
+def _audit_after(cluster: Cluster, since: datetime.datetime, status: str) -> dict[str, Any]:
+    """Waits for Consistent=<status> from an audit run submitted after ``since``."""
+
+    def verdict() -> dict[str, Any] | None:
+        group = cluster.get("kdg", GROUP) or {}
+        last = group.get("status", {}).get("lastAudit") or {}
+        consistent = cluster.condition("kdg", GROUP, "Consistent")
+        if consistent.get("status") != status or not last.get("application"):
+            return None
+        app = cluster.get("sparkapplication", last["application"]) or {}
+        submitted = app.get("status", {}).get("lastSubmissionAttemptTime")
+        if not submitted or _time(submitted) < since:
+            return None
+        return {"consistent": consistent, "lastAudit": last, "app": app}
+
+    return wait_for(f"an audit giving Consistent={status}", verdict, timeout=600, interval=2)  # type: ignore[no-any-return]
+
+
+def test_scheduled_audit_on_the_spark_operator_passes_then_catches_an_injected_redelivery(
+    cluster: Cluster, group: str, traffic: dict[str, int], figures: dict[str, float]
+) -> None:
+    since = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    schedule = {"spec": {"checks": {"schedule": "@every 20s"}}}
+    cluster.kubectl(
+        "patch", "kdg", GROUP, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(schedule)
+    )
+    try:
+        passed = _audit_after(cluster, since, "True")
+        app = passed["app"]
+        assert passed["consistent"]["reason"] == "AuditPassed", passed
+        assert passed["lastAudit"]["checkedEvents"] >= sum(traffic.values()), passed
+        # A real run: driver and executor pods of the sidecar image, through spark-submit.
+        assert app["spec"]["image"] == "kdsync-sidecar:dev"
+        assert app["status"]["applicationState"]["state"] == "COMPLETED"
+        assert app["status"].get("executorState"), app["status"]
+        duration = _time(app["status"]["terminationTime"]) - _time(
+            app["status"]["lastSubmissionAttemptTime"]
+        )
+        figures["audit SparkApplication (submitted -> completed)"] = duration.total_seconds()
+
+        injected_at = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        injected = cluster.tool(
+            "inject-redelivery", "--bootstrap", DATA_MEMBERS["one"], "--topic", "events-global"
+        )
+        assert injected["injected"] is not None
+        failed = _audit_after(cluster, injected_at, "False")
+        assert failed["consistent"]["reason"] == "ViolationsFound", failed
+        assert failed["lastAudit"]["violationsTotal"] >= 1
+        assert "duplicate" in failed["consistent"]["message"], failed
+        _snapshot(cluster, "Degraded-violations")
+    finally:
+        quiet = {"spec": {"checks": {"schedule": "17 * * * *"}}}
+        cluster.kubectl(
+            "patch", "kdg", GROUP, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(quiet)
+        )
+
+
+# --- upgrade and uninstall ------------------------------------------------------------------
+
+
+def test_helm_upgrade_replaces_the_operator_and_leaves_the_sidecars_running(
+    cluster: Cluster, group: str
+) -> None:
+    sidecars = {m: p["metadata"]["uid"] for m, p in _sidecar_pods(cluster).items()}
+    old = cluster.items("pods", OPERATOR_NAMESPACE, "app.kubernetes.io/name=kdsync-operator")
+    cluster.helm(
+        "upgrade",
+        RELEASE,
+        str(REPO_ROOT / "charts" / "kdsync-operator"),
+        "--namespace",
+        OPERATOR_NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "resyncSeconds=15",
+        "--wait",
+        "--timeout",
+        "5m",
+    )
+    pods = cluster.items("pods", OPERATOR_NAMESPACE, "app.kubernetes.io/name=kdsync-operator")
+    running = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    assert len(running) == 1 and _pod_ready(running[0])
+    assert running[0]["metadata"]["uid"] != old[0]["metadata"]["uid"]
+    env = {e["name"]: e.get("value") for e in running[0]["spec"]["containers"][0]["env"]}
+    assert env["KDSYNC_RESYNC_SECONDS"] == "15"
+    _webhook_refuses_a_bad_group(cluster)
+    # The new operator takes the group over (resume) without restarting any sidecar.
+    wait_for("the group Ready under the new operator", lambda: _group_ready(cluster), timeout=120)
+    assert {m: p["metadata"]["uid"] for m, p in _sidecar_pods(cluster).items()} == sidecars
+
+
+def test_helm_uninstall_leaves_the_kafka_data_untouched(
+    cluster: Cluster, group: str, traffic: dict[str, int]
+) -> None:
+    def counts() -> dict[str, int]:
+        found = {}
+        for member, bootstrap in DATA_MEMBERS.items():
+            for topic in ("events", "events-global"):
+                result = cluster.tool("count", "--bootstrap", bootstrap, "--topic", topic)
+                found[f"{member}/{topic}"] = result["count"]
+        return found
+
+    before = counts()
+    assert before["one/events"] == traffic["one"]
+    cluster.helm("uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait")
+    wait_for(
+        "the operator pod gone",
+        lambda: (
+            not cluster.items("pods", OPERATOR_NAMESPACE, "app.kubernetes.io/name=kdsync-operator")
+        ),
+        timeout=120,
+    )
+    webhooks = cluster.kubectl("get", "validatingwebhookconfigurations", "-o", "name").stdout
+    assert "kdsync" not in webhooks
+    assert counts() == before
+    # Helm leaves the CRD and the groups (and so their sidecars): data and replication stay.
+    assert cluster.get("kdg", GROUP) is not None

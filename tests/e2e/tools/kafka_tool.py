@@ -1,0 +1,238 @@
+"""Kafka chores of the e2e tests, run INSIDE the cluster (the brokers are pods).
+
+The tests mount this file from a ConfigMap into a pod of the sidecar image (which has
+confluent-kafka and kdsync.verification) and read its one line of JSON output:
+
+    python kafka_tool.py topic --bootstrap kafka-one:9092 --topic events --partitions 3
+    python kafka_tool.py produce --bootstrap kafka-one:9092 --origin one --topic events \
+        --events 2000 --rate 200 [--first 0]
+    python kafka_tool.py check --member one=kafka-one:9092 --member two=kafka-two:9092 \
+        --topic events --expect 4000 --timeout 300
+    python kafka_tool.py inject-redelivery --bootstrap kafka-one:9092 --topic events-global
+    python kafka_tool.py count --bootstrap kafka-one:9092 --topic events-global
+
+``check`` waits until every member's ``T-global`` holds ``--expect`` events, then runs the
+independent checker (kdsync.verification.replica_check): agreement, gap-free sequence,
+exactly once, origin order and fidelity against the origin topics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kdsync.verification.replica_check import TopicFollower, check_group, global_order
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result), flush=True)
+
+
+def make_event(origin: str, i: int, rng: random.Random) -> dict[str, Any]:
+    """Keyed and unkeyed records, tombstones, binary values and headers (some empty)."""
+    kind = i % 10
+    key: bytes | None = f"{origin}-customer-{rng.randrange(1000)}".encode()
+    value: bytes | None = f'{{"order":{i},"origin":"{origin}"}}'.encode()
+    headers: list[tuple[str, bytes | None]] = [("trace-id", rng.randbytes(8))]
+    if kind == 3:
+        key = None
+    elif kind == 5:
+        value = None
+    elif kind == 7:
+        value = rng.randbytes(rng.randrange(1, 4096))
+        headers.append(("empty", None))
+    return {"key": key, "value": value, "headers": headers}
+
+
+def topic(args: argparse.Namespace) -> None:
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    futures = admin.create_topics([NewTopic(args.topic, num_partitions=args.partitions)])
+    try:
+        futures[args.topic].result(timeout=60)
+        emit({"created": args.topic})
+    except Exception as error:  # an existing topic is fine: reruns of a test
+        if "TOPIC_ALREADY_EXISTS" not in str(error):
+            raise
+        emit({"exists": args.topic})
+
+
+def produce(args: argparse.Namespace) -> None:
+    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": 5})
+    rng = random.Random(f"{args.origin}-{args.first}")
+    failures: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    started = time.monotonic()
+    for n in range(args.events):
+        event = make_event(args.origin, args.first + n, rng)
+        while True:
+            try:
+                producer.produce(args.topic, on_delivery=delivered, **event)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+        if args.rate > 0:
+            ahead = (n + 1) / args.rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)  # pacing the traffic
+    left = producer.flush(120)
+    if left or failures:
+        emit({"produced": args.events - len(failures) - left, "failures": failures[:5]})
+        sys.exit(1)
+    emit({"produced": args.events, "seconds": round(time.monotonic() - started, 1)})
+
+
+def _members(specs: Sequence[str]) -> dict[str, str]:
+    return dict(spec.split("=", 1) for spec in specs)
+
+
+def check(args: argparse.Namespace) -> None:
+    members = _members(args.member)
+    global_topic = f"{args.topic}{args.suffix}"
+    followers = {
+        name: TopicFollower(bootstrap, global_topic) for name, bootstrap in members.items()
+    }
+    deadline = time.monotonic() + args.timeout
+    while True:
+        for follower in followers.values():
+            follower.poll(1.0)
+        counts = {name: len(f.records) for name, f in followers.items()}
+        if all(count >= args.expect for count in counts.values()):
+            break
+        if time.monotonic() > deadline:
+            emit({"ok": False, "counts": counts, "problems": [f"timed out: {counts}"]})
+            sys.exit(1)
+    # Anything beyond --expect would show up as a problem: read a little longer.
+    for follower in followers.values():
+        follower.poll(2.0)
+    globals_by_member = {name: global_order(f.records) for name, f in followers.items()}
+    origins = {}
+    for name, bootstrap in members.items():
+        source = TopicFollower(bootstrap, args.topic)
+        source.poll(3.0)
+        origins[name] = {(p, o): r for p, o, r in source.records}
+        source.close()
+    for follower in followers.values():
+        follower.close()
+    result = check_group(args.topic, globals_by_member, origins)
+    emit(
+        {
+            "ok": result.ok and result.events == args.expect,
+            "events": result.events,
+            "counts": {name: len(rows) for name, rows in globals_by_member.items()},
+            "origins": {name: len(rows) for name, rows in origins.items()},
+            "problems": result.problems,
+        }
+    )
+
+
+def _committed_records(bootstrap: str, name: str) -> list[Any]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "kdsync-e2e-tool",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    metadata = consumer.list_topics(name, timeout=30).topics[name]
+    consumer.assign([TopicPartition(name, p, 0) for p in metadata.partitions])
+    records: list[Any] = []
+    idle = time.monotonic() + 3.0
+    while time.monotonic() < idle:
+        batch = consumer.consume(num_messages=10_000, timeout=0.5)
+        if batch:
+            records += [m for m in batch if m.error() is None]
+            idle = time.monotonic() + 1.0
+    consumer.close()
+    return records
+
+
+def count(args: argparse.Namespace) -> None:
+    emit({"count": len(_committed_records(args.bootstrap, args.topic))})
+
+
+def inject_redelivery(args: argparse.Namespace) -> None:
+    """Writes an event this T-global already holds once more, under the next sequence
+    number: what a sidecar that is not exactly-once would do after a crash. Only this
+    member gets it. The audit must report a ``duplicate`` (in an incremental run: an event
+    from below what the previous clean run saw replicated)."""
+    records = _committed_records(args.bootstrap, args.topic)
+    if not records:
+        emit({"injected": None, "problem": "the topic is empty"})
+        sys.exit(1)
+
+    def seq(message: Any) -> int:
+        headers = dict(message.headers() or [])
+        return int(headers["kdsync.seq"])
+
+    victim = records[len(records) // 2]
+    next_seq = max(seq(m) for m in records) + 1
+    headers = [
+        (name, str(next_seq).encode() if name == "kdsync.seq" else value)
+        for name, value in victim.headers() or []
+    ]
+    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all"})
+    producer.produce(
+        args.topic,
+        key=victim.key(),
+        value=victim.value(),
+        headers=headers,
+        partition=victim.partition(),
+        timestamp=victim.timestamp()[1],
+    )
+    if producer.flush(60):
+        emit({"injected": None, "problem": "not delivered"})
+        sys.exit(1)
+    emit({"injected": next_seq, "copy_of": seq(victim)})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("topic")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", type=int, default=3)
+    p.set_defaults(run=topic)
+    p = commands.add_parser("produce")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--origin", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--events", type=int, required=True)
+    p.add_argument("--rate", type=float, default=0.0, help="events/s; 0: as fast as possible")
+    p.add_argument("--first", type=int, default=0, help="number of the first event")
+    p.set_defaults(run=produce)
+    p = commands.add_parser("check")
+    p.add_argument("--member", action="append", required=True, metavar="NAME=BOOTSTRAP")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--suffix", default="-global")
+    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.set_defaults(run=check)
+    p = commands.add_parser("count")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.set_defaults(run=count)
+    p = commands.add_parser("inject-redelivery")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.set_defaults(run=inject_redelivery)
+    args = parser.parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
