@@ -300,7 +300,8 @@ def audit_outcome(
     """Maps (SparkApplication state, report) to the Consistent condition.
 
     * no checks / no run yet: Unknown (``ChecksDisabled`` / ``NoAuditYet``);
-    * submitted or running: Unknown ``AuditRunning``, marked in progress: the status keeps
+    * running: Unknown ``AuditRunning``;
+    * a run that is running or not yet submitted is marked in progress: the status keeps
       the previous run's verdict and lastAudit while there is one (a scheduled audit would
       otherwise turn Consistent to Unknown at every run);
     * FAILED / SUBMISSION_FAILED: Unknown ``AuditJobFailed`` (nothing was proved either way),
@@ -316,11 +317,9 @@ def audit_outcome(
         return AuditOutcome("Unknown", "ChecksDisabled", "spec.checks.enabled is false")
     state = application_state(app)
     name = (app or {}).get("metadata", {}).get("name", children.audit_name(group.name))
-    if not app:
-        return AuditOutcome("Unknown", "NoAuditYet", "no audit run has been submitted yet")
-    if not state:
+    if not app or not state:  # an application the spark-operator has not submitted yet
         return AuditOutcome(
-            "Unknown", "AuditRunning", f"audit run {name} is being submitted", in_progress=True
+            "Unknown", "NoAuditYet", "no audit run has been submitted yet", in_progress=bool(app)
         )
     submitted = _parse_time(app.get("status", {}).get("lastSubmissionAttemptTime"))
     if state in TERMINAL_FAILED:

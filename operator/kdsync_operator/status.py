@@ -24,6 +24,8 @@ from kdsync_operator.rollout import MemberObservation, RolloutPlan
 from kdsync_operator.spec import Group, SpecProblem
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Consistent")
+# Appended to the Consistent message while a new audit run is under way.
+IN_PROGRESS_NOTE = " (meanwhile: "
 
 
 @dataclass(frozen=True)
@@ -186,8 +188,14 @@ def build_status(
         (c for c in previous.get("conditions") or [] if c.get("type") == "Consistent"), {}
     )
     if audit.in_progress and earlier.get("status") in ("True", "False"):
-        # A new run proves nothing until it ends: the last verdict stands meanwhile.
-        consistent = dict(earlier, observedGeneration=group.generation)
+        # A new run proves nothing until it ends: the last verdict stands meanwhile (same
+        # status, reason and transition time), and its message says what is under way.
+        verdict = str(earlier.get("message", "")).split(IN_PROGRESS_NOTE)[0]
+        consistent = dict(
+            earlier,
+            observedGeneration=group.generation,
+            message=f"{verdict}{IN_PROGRESS_NOTE}{audit.message})",
+        )
     delivered = [e["deliveredSeq"] for e in member_status if "deliveredSeq" in e]
     status: dict[str, Any] = {
         "observedGeneration": group.generation,

@@ -496,10 +496,17 @@ def test_a_new_scheduled_run_keeps_the_last_verdict_until_it_ends() -> None:
     later = "2030-01-01T01:00:00Z"
     for state in ("", "RUNNING"):
         running = audit.audit_outcome(group, app_in(state), report_cm())
-        assert running.in_progress and running.reason == "AuditRunning"
+        assert running.in_progress and running.status == "Unknown"
         st = status.build_status(group, observed, plan, running, first, later)
-        assert next(c for c in st["conditions"] if c["type"] == "Consistent") == consistent
+        kept = next(c for c in st["conditions"] if c["type"] == "Consistent")
+        assert {k: v for k, v in kept.items() if k != "message"} == {
+            k: v for k, v in consistent.items() if k != "message"
+        }
+        assert kept["message"] == f"{consistent['message']} (meanwhile: {running.message})"
         assert st["lastAudit"] == first["lastAudit"]
+        # A second reconcile during the same run does not pile the note up.
+        again = status.build_status(group, observed, plan, running, st, later)
+        assert next(c for c in again["conditions"] if c["type"] == "Consistent") == kept
     # Without an earlier verdict, a running audit is simply Unknown.
     running = audit.audit_outcome(group, app_in("RUNNING"), None)
     st = status.build_status(group, observed, plan, running, None, later)

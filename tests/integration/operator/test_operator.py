@@ -426,7 +426,10 @@ def test_scheduled_audit_follows_the_last_run(kube: Kube) -> None:
     )
     assert scheduled["spec"]["schedule"] == "0 */6 * * *"
     assert scheduled["spec"]["template"]["type"] == "Python"
-    assert scheduled["spec"]["template"]["sparkConf"] == dict(AUDIT_SPARK_CONF)
+    assert scheduled["spec"]["template"]["sparkConf"] == {
+        **AUDIT_SPARK_CONF,
+        "spark.sql.shuffle.partitions": "8",
+    }
     # What the spark-operator does on schedule: a run with the template, then lastRunName.
     run = {
         "apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
