@@ -3,9 +3,9 @@
 Package-scoped (started once for tests/e2e and torn down as soon as its tests are done, so
 the suites after it get the machine back):
 
-* ``images``: ``hack/build-images --pause``: the operator, sidecar, Kafka, spark-operator and
-  pause images built from docker/*.Dockerfile, saved in one archive (cached by their inputs);
-* ``node``: a single-node cluster (tests/support/localnode) with those images imported;
+* ``node``: a single-node cluster (tests/support/localnode) with the images of
+  ``hack/build-images --pause`` imported (operator, sidecar, Kafka, spark-operator and pause,
+  built from docker/*.Dockerfile, cached by their inputs); skipped, saying so, without root;
 * ``kafka``: examples/dev-kafka.yaml in namespace ``kdsync-e2e``: two single-node KRaft
   clusters as pods, with the source topic ``events`` created in both;
 * ``spark_operator``: the Kubeflow spark-operator's own Helm chart (from its Go module),
@@ -189,17 +189,12 @@ def _hack(script: str, *args: str) -> list[Path]:
 
 
 @pytest.fixture(scope="package")
-def images(figures: dict[str, float]) -> list[Path]:
+def node(figures: dict[str, float]) -> Iterator[LocalNode]:
+    if os.geteuid() != 0:
+        pytest.skip("the e2e node needs root (containerd, network namespaces, cgroups)")
     began = time.monotonic()
     archives = _hack("build-images", "--pause")
     figures["build-images (this run)"] = round(time.monotonic() - began, 1)
-    return archives
-
-
-@pytest.fixture(scope="package")
-def node(images: list[Path], figures: dict[str, float]) -> Iterator[LocalNode]:
-    if os.geteuid() != 0:
-        pytest.skip("the e2e node needs root (containerd, network namespaces, cgroups)")
     _hack(
         "host-packages",
         "containerd",
@@ -210,7 +205,7 @@ def node(images: list[Path], figures: dict[str, float]) -> Iterator[LocalNode]:
         "conntrack",
     )
     bin_dir = _hack("fetch-k8s", "node", "spark-operator")[-1]
-    local = LocalNode(images=images, bin_dir=bin_dir)
+    local = LocalNode(images=archives, bin_dir=bin_dir)
     try:
         local.start()
     except NodeError as error:
