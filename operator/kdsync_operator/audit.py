@@ -299,7 +299,7 @@ def audit_outcome(
 ) -> AuditOutcome:
     """Maps (SparkApplication state, report) to the Consistent condition.
 
-    * no checks / no run yet: Unknown (``ChecksDisabled`` / ``NoAuditYet``);
+    * no checks / no run submitted yet: Unknown (``ChecksDisabled`` / ``NoAuditYet``);
     * running: Unknown ``AuditRunning``;
     * a run that is running or not yet submitted is marked in progress: the status keeps
       the previous run's verdict and lastAudit while there is one (a scheduled audit would
@@ -317,9 +317,14 @@ def audit_outcome(
         return AuditOutcome("Unknown", "ChecksDisabled", "spec.checks.enabled is false")
     state = application_state(app)
     name = (app or {}).get("metadata", {}).get("name", children.audit_name(group.name))
-    if not app or not state:  # an application the spark-operator has not submitted yet
+    if not app:
+        return AuditOutcome("Unknown", "NoAuditYet", "no audit run has been submitted yet")
+    if not state:  # an application the spark-operator has not submitted yet
         return AuditOutcome(
-            "Unknown", "NoAuditYet", "no audit run has been submitted yet", in_progress=bool(app)
+            "Unknown",
+            "NoAuditYet",
+            f"audit run {name} has not been submitted yet",
+            in_progress=True,
         )
     submitted = _parse_time(app.get("status", {}).get("lastSubmissionAttemptTime"))
     if state in TERMINAL_FAILED:

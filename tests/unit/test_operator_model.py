@@ -438,6 +438,7 @@ def report_cm(**fields: Any) -> dict[str, Any]:
     ("app", "report", "expected"),
     [
         (None, None, ("Unknown", "NoAuditYet")),
+        (app_in(""), None, ("Unknown", "NoAuditYet")),  # created, not yet submitted
         (app_in("RUNNING"), None, ("Unknown", "AuditRunning")),
         (app_in("SUBMISSION_FAILED"), report_cm(), ("Unknown", "AuditJobFailed")),
         (app_in("FAILED"), report_cm(), ("Unknown", "AuditJobFailed")),
@@ -503,6 +504,9 @@ def test_a_new_scheduled_run_keeps_the_last_verdict_until_it_ends() -> None:
             k: v for k, v in consistent.items() if k != "message"
         }
         assert kept["message"] == f"{consistent['message']} (meanwhile: {running.message})"
+        assert kept["message"].endswith(
+            "has not been submitted yet)" if not state else f"is {state})"
+        ), kept
         assert st["lastAudit"] == first["lastAudit"]
         # A second reconcile during the same run does not pile the note up.
         again = status.build_status(group, observed, plan, running, st, later)
