@@ -278,6 +278,13 @@ def spark_operator(cluster: Cluster, node: LocalNode) -> None:
         "image.pullPolicy=IfNotPresent",
         "--set",
         f"spark.jobNamespaces={{{NAMESPACE}}}",
+        # Burstable, not BestEffort: spark-submit runs in the controller and the webhook
+        # mutates every driver and executor pod; on a busy node a BestEffort pod's CPU
+        # weight is 2 (of 1024).
+        "--set",
+        "controller.resources.requests.cpu=100m",
+        "--set",
+        "webhook.resources.requests.cpu=50m",
         "--set",
         "controller.uiService.enable=false",
         "--set",

@@ -88,6 +88,7 @@ HOST_TOOLS = {
     "ip": "iproute2",
 }
 PAUSE_IMAGE = "docker.io/library/kdsync-pause:3.10.2"
+_POD_CPU_SHARES = 1024 * (os.cpu_count() or 1)
 _CLONE_NEWNET = 0x40000000
 _MNT_DETACH = 2
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -507,6 +508,12 @@ class LocalNode:
             if folder.parent.name == "cpuset":
                 for item in ("cpuset.cpus", "cpuset.mems"):
                     (folder / item).write_text((folder.parent / item).read_text())
+            # The CPU weight a real node gives its pods' cgroup (kubepods: 1024 per CPU). A
+            # new cgroup weighs as much as one process, so on a busy machine all the pods
+            # together (brokers, sidecars, Spark) would get one process's share of the CPU.
+            shares = folder / "cpu.shares"
+            if shares.exists():
+                shares.write_text(str(_POD_CPU_SHARES))
         self._write_pki_and_configs()
 
     def _write_pki_and_configs(self) -> None:
