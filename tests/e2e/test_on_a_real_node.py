@@ -403,12 +403,14 @@ def test_helm_uninstall_leaves_the_kafka_data_untouched(
     cluster: Cluster, group: str, traffic: dict[str, int]
 ) -> None:
     def counts() -> dict[str, int]:
-        found = {}
-        for member, bootstrap in DATA_MEMBERS.items():
-            for topic in ("events", "events-global"):
-                result = cluster.tool("count", "--bootstrap", bootstrap, "--topic", topic)
-                found[f"{member}/{topic}"] = result["count"]
-        return found
+        pods = {  # all four at once: each is a pod start
+            f"{member}/{topic}": cluster.tool_pod(
+                "count", "--bootstrap", bootstrap, "--topic", topic
+            )
+            for member, bootstrap in DATA_MEMBERS.items()
+            for topic in ("events", "events-global")
+        }
+        return {where: cluster.tool_result(pod)["count"] for where, pod in pods.items()}
 
     before = counts()
     assert before["one/events"] == traffic["one"]
