@@ -7,7 +7,8 @@ the suites after it get the machine back):
   ``hack/build-images --pause`` imported (operator, sidecar, Kafka, spark-operator and pause,
   built from docker/*.Dockerfile, cached by their inputs); skipped, saying so, without root;
 * ``kafka``: examples/dev-kafka.yaml in namespace ``kdsync-e2e``: two single-node KRaft
-  clusters as pods, with the source topic ``events`` created in both;
+  clusters as pods, with the source topic ``events`` created in both (applied first, by
+  ``kafka_applied``, so that they start while the charts below are installed);
 * ``spark_operator``: the Kubeflow spark-operator's own Helm chart (from its Go module),
   running the image built here, watching ``kdsync-e2e``;
 * ``release``: ``helm install`` of charts/kdsync-operator with the image built here.
@@ -223,8 +224,9 @@ def cluster(node: LocalNode) -> Cluster:
 
 
 @pytest.fixture(scope="package")
-def kafka(cluster: Cluster) -> dict[str, str]:
-    """The two development clusters, ready, with topic ``events`` (3 partitions) in both."""
+def kafka_applied(cluster: Cluster) -> None:
+    """The test namespace with the two development clusters applied, not waited for (they
+    start while the charts are installed)."""
     cluster.kubectl("create", "namespace", NAMESPACE)
     cluster.kubectl(
         "create",
@@ -235,6 +237,11 @@ def kafka(cluster: Cluster) -> dict[str, str]:
         f"--from-file={HERE / 'tools' / 'kafka_tool.py'}",
     )
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(REPO_ROOT / "examples" / "dev-kafka.yaml"))
+
+
+@pytest.fixture(scope="package")
+def kafka(cluster: Cluster, kafka_applied: None) -> dict[str, str]:
+    """The two development clusters, ready, with topic ``events`` (3 partitions) in both."""
     for name in ("kafka-one", "kafka-two"):
         cluster.kubectl(
             "rollout",
@@ -294,7 +301,7 @@ def spark_operator(cluster: Cluster, node: LocalNode) -> None:
 
 @pytest.fixture(scope="package")
 def release(
-    cluster: Cluster, kafka: dict[str, str], spark_operator: None, figures: dict[str, float]
+    cluster: Cluster, kafka_applied: None, spark_operator: None, figures: dict[str, float]
 ) -> str:
     """charts/kdsync-operator installed with Helm; returns the release name."""
     began = time.monotonic()

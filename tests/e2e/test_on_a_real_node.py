@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -109,7 +110,9 @@ def _webhook_refuses_a_bad_group(cluster: Cluster) -> None:
 
 
 @pytest.fixture(scope="package")
-def group(cluster: Cluster, release: str, figures: dict[str, float]) -> Iterator[str]:
+def group(
+    cluster: Cluster, release: str, kafka: dict[str, str], figures: dict[str, float]
+) -> Iterator[str]:
     """examples/dev-group.yaml applied with kubectl, waited for with kubectl wait."""
     began = time.monotonic()
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE))
@@ -306,6 +309,20 @@ def test_a_spec_change_rolls_out_one_member_at_a_time_on_real_readiness(
 # --- audits ---------------------------------------------------------------------------------
 
 
+def _audit_phases(cluster: Cluster, app: dict[str, Any]) -> dict[str, float]:
+    """The Spark phases' durations the driver logged (it runs with --verbose)."""
+    driver = app["status"].get("driverInfo", {}).get("podName")
+    if not driver:
+        return {}
+    logs = cluster.kubectl("logs", "-n", NAMESPACE, driver, check=False).stdout
+    phases = {}
+    for line in logs.splitlines():
+        match = re.fullmatch(r"kdsync audit: (.+): ([0-9.]+)s", line.strip())
+        if match:
+            phases[f"audit phase: {match[1]}"] = float(match[2])
+    return phases
+
+
 def _audit_after(cluster: Cluster, since: datetime.datetime, status: str) -> dict[str, Any]:
     """Waits for Consistent=<status> from an audit run submitted after ``since``."""
 
@@ -348,6 +365,7 @@ def test_scheduled_audit_on_the_spark_operator_passes_then_catches_an_injected_r
             app["status"]["lastSubmissionAttemptTime"]
         )
         figures["audit SparkApplication (submitted -> completed)"] = duration.total_seconds()
+        figures.update(_audit_phases(cluster, app))
 
         injected_at = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         injected = cluster.tool(
