@@ -35,7 +35,7 @@ def main() -> None:
         ports=BrokerPorts(broker=9094, controller=9093, extra=(("CLIENT", CLIENT_PORT),)),
         data_dir=data / "data",
         extra_listeners={"CLIENT": "PLAINTEXT"},
-        advertised_hosts={"CLIENT": advertised},
+        advertised={"CLIENT": f"{advertised}:{CLIENT_PORT}"},
     )
     config.write_text(render_properties(properties, header="Written by kafka-broker.py."))
     if not (data / "data" / "meta.properties").exists():
