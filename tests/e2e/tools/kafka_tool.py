@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from kdsync.verification.replica_check import TopicFollower, check_group, global_order
 
