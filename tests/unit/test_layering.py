@@ -194,6 +194,12 @@ PLANTS = {
         "import asyncio",
         "kdsync.transport.tcp_config -> asyncio",
     ),
+    "the wire format uses asyncio": Plant(
+        "pure-formats",
+        "sidecar/kdsync/wire_format/batches.py",
+        "import asyncio",
+        "kdsync.wire_format.batches -> asyncio",
+    ),
     "Kafka I/O reaches the peer transport": Plant(
         "kafka-not-transport",
         "sidecar/kdsync/kafka/errors.py",
