@@ -82,7 +82,6 @@ class TopicFollower:
         )
         self._partitions: list[int] = []
         self._reached: dict[int, int] = {}  # partition -> offset of the last end-of-partition
-        self._position: dict[int, int] = {}  # partition -> offset after the last record read
         self.records: list[tuple[int, int, SourceRecord]] = []  # partition, offset, record
 
     def _assign(self) -> bool:
@@ -128,8 +127,11 @@ class TopicFollower:
         while any(self._reached.get(p, -1) < end for p, end in ends.items() if end > 0):
             left = last_progress + timeout - time.monotonic()
             if left <= 0:
+                read_to: dict[int, int] = {}
+                for partition, offset, _ in self.records:
+                    read_to[partition] = offset + 1
                 behind = {
-                    p: f"read to {self._position.get(p, 0)} of {end}"
+                    p: f"read to {read_to.get(p, 0)} of {end}"
                     for p, end in ends.items()
                     if self._reached.get(p, -1) < end and end > 0
                 }
@@ -138,11 +140,10 @@ class TopicFollower:
                     f"its end (partition: offset read to, of end) {behind}; an open "
                     "transaction or an unreachable broker holds it back"
                 )
-            reached = sum(self._reached.values())
-            got = self._take(self._consumer.consume(num_messages=10_000, timeout=min(left, 1.0)))
-            added += got
-            if got or sum(self._reached.values()) != reached:
+            batch = self._consumer.consume(num_messages=10_000, timeout=min(left, 1.0))
+            if batch:  # records, or a partition's end reached: both are progress
                 last_progress = time.monotonic()
+            added += self._take(batch)
         return added
 
     def _take(self, batch: list[Message]) -> int:
@@ -162,7 +163,6 @@ class TopicFollower:
                 message.key(), message.value(), _headers(message.headers()), timestamp
             )
             self.records.append((partition, offset, record))
-            self._position[partition] = offset + 1
             added += 1
         return added
 

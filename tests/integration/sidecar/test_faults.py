@@ -28,13 +28,24 @@ RATE = 150  # events/s per origin while faults happen
 
 
 def _grows(
-    watch: GlobalWatch, group: LocalSidecarGroup, members: list[str], by: int, timeout: float
+    watch: GlobalWatch,
+    group: LocalSidecarGroup,
+    members: list[str],
+    by: int,
+    timeout: float,
+    unless_stopped: str | None = None,
 ) -> None:
-    """Wait until each of ``members``' T-global has ``by`` more events than now."""
+    """Wait until each of ``members``' T-global has ``by`` more events than now, or, if
+    ``unless_stopped`` names a member, until that member's sidecar has stopped."""
     start = {m: watch.count(m) for m in members}
+    stopped = unless_stopped
     wait_for(
-        f"T-global of {members} to grow by {by}",
-        lambda: all(watch.count(m) >= start[m] + by for m in members),
+        f"T-global of {members} to grow by {by}"
+        + (f", or {stopped}'s sidecar to stop" if stopped else ""),
+        lambda: (
+            all(watch.count(m) >= start[m] + by for m in members)
+            or (stopped is not None and not group.members[stopped].running)
+        ),
         timeout,
         lambda: f"from {start}; status {brief_status(group)}",
     )
@@ -81,16 +92,7 @@ def test_broker_restart_during_traffic(
         _grows(watch, group, list(bootstrap), 200, 60)
         went_down = time.monotonic()
         kafka_fleet[MEMBER_CLUSTERS["m2"]].restart()
-        start = {m: watch.count(m) for m in bootstrap}
-        wait_for(
-            "every T-global to grow by 200, or m2's sidecar to stop",
-            lambda: (
-                all(watch.count(m) >= start[m] + 200 for m in bootstrap)
-                or not group.members["m2"].running
-            ),
-            90,
-            lambda: f"from {start}; status {brief_status(group)}",
-        )
+        _grows(watch, group, list(bootstrap), 200, 90, unless_stopped="m2")
         if not group.members["m2"].running:
             log = group.log_tail("m2", 400)
             assert "could not store the ordering log" in log, log
