@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from kdsync.ordering import Entry, OriginBatch, SourceEvent
 from kdsync.ordering.messages import Append, Message
-from kdsync.wire_format import decode_message, encode_message
+from kdsync.wire_format.messages import decode_message, encode_message
 
 
 def sample_append(

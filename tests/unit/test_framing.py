@@ -22,7 +22,7 @@ from kdsync.transport.framing import (
     read_frame,
 )
 from kdsync.transport.identity import member_uri, parse_member_uri
-from kdsync.transport.tcp import ExponentialBackoff
+from kdsync.transport.tcp.backoff import ExponentialBackoff
 from kdsync.transport.tcp_config import TcpTransportConfig
 from kdsync.transport.tls import member_from_peercert
 

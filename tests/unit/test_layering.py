@@ -140,6 +140,18 @@ PLANTS = {
         CLOCK_IN_A_FUNCTION,
         "kdsync.chaos.schedule -> time",
     ),
+    "the audit's schemas import the column helpers above them": Plant(
+        "audit-checks-layers",
+        "sidecar/kdsync/audit/checks/model.py",
+        "from kdsync.audit.checks import columns",
+        "kdsync.audit.checks.model -> kdsync.audit.checks.columns",
+    ),
+    "an audit check reads Kafka itself": Plant(
+        "pure-audit-checks",
+        "sidecar/kdsync/audit/checks/by_seq.py",
+        "from kdsync.audit import reader",
+        "kdsync.audit.checks.by_seq -> kdsync.audit.reader",
+    ),
     "Kafka I/O imports the runtime above it": Plant(
         "kdsync-layers",
         "sidecar/kdsync/kafka/topics.py",
@@ -193,6 +205,12 @@ PLANTS = {
         "sidecar/kdsync/transport/tcp_config.py",
         "import asyncio",
         "kdsync.transport.tcp_config -> asyncio",
+    ),
+    "the wire format uses asyncio": Plant(
+        "pure-formats",
+        "sidecar/kdsync/wire_format/batches.py",
+        "import asyncio",
+        "kdsync.wire_format.batches -> asyncio",
     ),
     "Kafka I/O reaches the peer transport": Plant(
         "kafka-not-transport",

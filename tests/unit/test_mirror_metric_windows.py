@@ -17,6 +17,16 @@ def test_window_keeps_only_the_last_thirty_seconds() -> None:
     assert stat.rate(135.0) == 25.0 / 30.0
 
 
+def test_a_burst_is_kept_in_a_bounded_number_of_buckets() -> None:
+    """A window holds per-second aggregates, not every value: a burst of records must not
+    make each update slower (it once stalled the sidecar's event loop for 25 s)."""
+    stat = WindowStat(window=30.0)
+    for i in range(6000):  # 600,000 values over 60 s
+        stat.add(1000.0 + i / 100, [float(v) for v in range(100)])
+    assert stat.buckets <= 31
+    assert (stat.max(), stat.mean()) == (99.0, 49.5)
+
+
 def test_replicated_records_set_the_pair_series_and_heartbeats_their_own() -> None:
     registry = CollectorRegistry()
     metrics = MirrorMetrics(registry, "eu", "kdsync-g.heartbeats")

@@ -30,19 +30,15 @@ from kdsync.ordering.messages import (
     VoteReply,
     VoteRequest,
 )
-from kdsync.wire_format import (
-    FORMAT_VERSION,
-    TAG_APPEND,
-    TAG_ENTRY,
-    WireFormatError,
+from kdsync.wire_format.envelope import FORMAT_VERSION, TAG_APPEND, TAG_ENTRY, WireFormatError
+from kdsync.wire_format.messages import decode_message, encode_message
+from kdsync.wire_format.records import (
     decode_entry,
     decode_hard_state,
     decode_ledger_state,
-    decode_message,
     encode_entry,
     encode_hard_state,
     encode_ledger_state,
-    encode_message,
 )
 
 INT64_MAX = 2**63 - 1

@@ -12,14 +12,9 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kdsync.audit.checks import (
-    Bounds,
-    Facts,
-    all_violations,
-    bounds_frame,
-    collect_seq_counts,
-    in_range,
-)
+from kdsync.audit.checks import all_violations
+from kdsync.audit.checks.by_seq import collect_seq_counts
+from kdsync.audit.checks.model import Bounds, Facts, bounds_frame, in_range
 from kdsync.audit.positions import AuditPlan, TopicPlan
 from kdsync.audit.reader import global_events, origin_events
 from kdsync.audit.report import (

@@ -24,6 +24,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from kdsync.config import OrderingConfig
 from kdsync.local_group import LocalSidecarGroup
 from kdsync.localkafka import LocalKafkaFleet
 from kdsync.verification.replica_check import (
@@ -37,6 +38,7 @@ from kdsync.verification.replica_check import (
 MEMBERS = ("us-east", "eu-west", "ap-south")
 TOPIC = "orders"
 STALL_SECONDS = 180  # no new deliveries for this long: the group is stuck
+DEFAULT_TICK_MS: int = OrderingConfig.model_fields["tick_ms"].default
 
 
 def say(text: str) -> None:
@@ -177,8 +179,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 create_source_topic(servers[name], args.partitions)
                 say(f"  {name}: {servers[name]}, topic {TOPIC} ({args.partitions} partitions)")
             say("[2/5] starting a sidecar per cluster (mutual TLS between them)")
+            # The product's timing (a 1 s election timeout), not local mode's faster ticks
+            # for tests (0.4 s): under a burst on a busy machine those cost needless elections.
             with LocalSidecarGroup(
-                "demo", servers, run_dir / "group", topics={"names": [TOPIC]}
+                "demo",
+                servers,
+                run_dir / "group",
+                topics={"names": [TOPIC]},
+                ordering={"tickMs": DEFAULT_TICK_MS},
             ) as group:
                 group.start()
                 statuses = group.wait_until(
@@ -233,10 +241,16 @@ def _traffic_and_check(
     produced_at = time.time()
     # A group that keeps delivering is waited for however slow the machine is; one that
     # delivers nothing for STALL_SECONDS is stuck, and the demo says so.
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = dict(delivered_counts(group))
+    answered = [c for c in counts.values() if c >= 0]  # -1: no /status answer
+    spread_at_stop = max(answered) - min(answered) if answered else 0
+    complete_after: dict[str, float] = {}  # member -> seconds after the producers stopped
 
     def delivered_all() -> bool:
         counts.update(delivered_counts(group))
+        for name, count in counts.items():
+            if count >= total:
+                complete_after.setdefault(name, time.time() - produced_at)
         return all(c >= total for c in counts.values())
 
     wait_for(
@@ -265,6 +279,11 @@ def _traffic_and_check(
     say("  figures:")
     say(f"    throughput: {total:,} events in {elapsed:.1f}s = {total / elapsed:,.0f} events/s")
     say(f"    every T-global complete {caught_up:.1f}s after the producers finished")
+    each = ", ".join(f"{n} {complete_after.get(n, caught_up):.1f}s" for n in MEMBERS)
+    say(
+        f"    members apart when the producers finished: {spread_at_stop:,} events; "
+        f"each complete after: {each}"
+    )
     statuses = {n: group.status(n) or {} for n in MEMBERS}
     terms = {n: statuses[n].get("term", 0) for n in MEMBERS}
     elections = max(terms.values()) - max(terms_before.values())

@@ -44,7 +44,8 @@ from kdsync.ordering import (
     may_precede_persist,
 )
 from kdsync.ordering.messages import Outbound
-from kdsync.wire_format import WireFormatError, decode_message, encode_message
+from kdsync.wire_format.envelope import WireFormatError
+from kdsync.wire_format.messages import decode_message, encode_message
 
 # Frames a shell hands the driver back to back before ticks and timers get a turn: a
 # burst of frames must not starve the heartbeat (the simulator models the same turns).

@@ -31,7 +31,7 @@ from kdsync.kafka.errors import KafkaUnavailable, ProducerFenced, RecordTooLarge
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
 from kdsync.ordering import Delivery, LedgerState
 from kdsync.record_format import to_global_record
-from kdsync.wire_format import decode_ledger_state, encode_ledger_state
+from kdsync.wire_format.records import decode_ledger_state, encode_ledger_state
 
 log = logging.getLogger(__name__)
 

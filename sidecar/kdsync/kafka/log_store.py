@@ -28,7 +28,12 @@ from kdsync.kafka.client_config import admin_config, client_config
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer
 from kdsync.ordering import Entry, HardState
-from kdsync.wire_format import decode_entry, decode_hard_state, encode_entry, encode_hard_state
+from kdsync.wire_format.records import (
+    decode_entry,
+    decode_hard_state,
+    encode_entry,
+    encode_hard_state,
+)
 
 log = logging.getLogger(__name__)
 

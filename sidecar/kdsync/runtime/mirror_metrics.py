@@ -32,30 +32,51 @@ WINDOW_SECONDS = 30.0
 
 
 class WindowStat:
-    """Values seen in the last ``WINDOW_SECONDS``: their max, mean and sum."""
+    """Values seen in the last ``WINDOW_SECONDS``: their max, mean and sum.
+
+    Kept as one (count, sum, max) bucket per second, not value by value: a burst puts
+    hundreds of thousands of records in a window, and a max over each of them for every
+    batch stalled the event loop for 25 s. A bucket leaves the window once all of its second
+    is older than the window (so the window is up to a second longer)."""
 
     def __init__(self, window: float = WINDOW_SECONDS) -> None:
         self._window = window
-        self._values: deque[tuple[float, float]] = deque()
+        # [second, count, sum, max], oldest first
+        self._buckets: deque[list[float]] = deque()
+
+    @property
+    def buckets(self) -> int:
+        return len(self._buckets)
 
     def add(self, now: float, values: Iterable[float]) -> None:
-        for value in values:
-            self._values.append((now, value))
+        batch = list(values)
         self._expire(now)
+        if not batch:
+            return
+        second = float(int(now))
+        top = max(batch)
+        if self._buckets and self._buckets[-1][0] == second:
+            bucket = self._buckets[-1]
+            bucket[1] += len(batch)
+            bucket[2] += sum(batch)
+            bucket[3] = max(bucket[3], top)
+        else:
+            self._buckets.append([second, len(batch), sum(batch), top])
 
     def _expire(self, now: float) -> None:
-        while self._values and self._values[0][0] < now - self._window:
-            self._values.popleft()
+        while self._buckets and self._buckets[0][0] + 1 <= now - self._window:
+            self._buckets.popleft()
 
     def max(self) -> float:
-        return max((v for _, v in self._values), default=0.0)
+        return max((b[3] for b in self._buckets), default=0.0)
 
     def mean(self) -> float:
-        return sum(v for _, v in self._values) / len(self._values) if self._values else 0.0
+        count = sum(b[1] for b in self._buckets)
+        return sum(b[2] for b in self._buckets) / count if count else 0.0
 
     def rate(self, now: float) -> float:
         self._expire(now)
-        return sum(v for _, v in self._values) / self._window
+        return sum(b[2] for b in self._buckets) / self._window
 
 
 class MirrorMetrics:

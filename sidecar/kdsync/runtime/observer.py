@@ -11,7 +11,7 @@ from kdsync.ordering import Delivery, LedgerState, NodeEvent, OriginBatch
 from kdsync.runtime.latency_window import LatencyWindow
 from kdsync.runtime.metrics import SidecarMetrics
 from kdsync.runtime.mirror_metrics import MirrorMetrics
-from kdsync.wire_format import WireFormatError
+from kdsync.wire_format.envelope import WireFormatError
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Peer transports for the ordering group: the interface, addresses, identities, settings.
 
 Importing this package loads no asyncio and no ``ssl``: the TCP implementation lives in
-``kdsync.transport.tcp`` (``TcpTransport``, ``ExponentialBackoff``); import it from there.
+``kdsync.transport.tcp`` (``TcpTransport``); import it from there.
 """
 
 from kdsync.transport.address import parse_address

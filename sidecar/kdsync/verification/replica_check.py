@@ -67,10 +67,10 @@ class TopicFollower:
     whatever is available now, for progress counters only.
     """
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, consumer: Consumer | None = None) -> None:
         self.topic = topic
         self.bootstrap = bootstrap
-        self._consumer = Consumer(
+        self._consumer = consumer or Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": f"kdsync-verification-{topic}",
@@ -108,8 +108,8 @@ class TopicFollower:
     def read_to_end(self, timeout: float = 60.0) -> int:
         """Read every partition up to the end offset it has now; returns how many records
         were added. Raises IncompleteRead, naming each partition and how far it got, when
-        that takes longer than ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
+        ``timeout`` seconds pass without progress (no record read, no end reached): a big
+        topic on a busy machine may take long, a topic that stops moving may not."""
         if not self._partitions and not self._assign():
             raise IncompleteRead(f"topic {self.topic} does not exist at {self.bootstrap}")
         # For a read_committed consumer the end is reached when the fetcher reports the
@@ -123,20 +123,27 @@ class TopicFollower:
             for p in self._partitions
         }
         added = 0
+        last_progress = time.monotonic()
         while any(self._reached.get(p, -1) < end for p, end in ends.items() if end > 0):
-            left = deadline - time.monotonic()
+            left = last_progress + timeout - time.monotonic()
             if left <= 0:
+                read_to: dict[int, int] = {}
+                for partition, offset, _ in self.records:
+                    read_to[partition] = offset + 1
                 behind = {
-                    p: f"at {self._reached.get(p, 0)} of {end}"
+                    p: f"read to {read_to.get(p, 0)} of {end}"
                     for p, end in ends.items()
                     if self._reached.get(p, -1) < end and end > 0
                 }
                 raise IncompleteRead(
-                    f"{self.topic} at {self.bootstrap}: not read to its end within "
-                    f"{timeout:.0f}s (partition: position of end) {behind}; an open "
+                    f"{self.topic} at {self.bootstrap}: no progress for {timeout:.0f}s before "
+                    f"its end (partition: offset read to, of end) {behind}; an open "
                     "transaction or an unreachable broker holds it back"
                 )
-            added += self._take(self._consumer.consume(num_messages=10_000, timeout=min(left, 1.0)))
+            batch = self._consumer.consume(num_messages=10_000, timeout=min(left, 1.0))
+            if batch:  # records, or a partition's end reached: both are progress
+                last_progress = time.monotonic()
+            added += self._take(batch)
         return added
 
     def _take(self, batch: list[Message]) -> int:

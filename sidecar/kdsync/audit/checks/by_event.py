@@ -1,184 +1,34 @@
-"""The audit's checks: pure functions from DataFrames of records to DataFrames of violations.
-
-Inputs are the frames of ``kdsync.audit.reader`` (``GLOBAL_SCHEMA`` rows of every member's
-``T-global``, ``ORIGIN_SCHEMA`` rows of every origin's ``T``) and small driver-side facts
-(the checked range per topic, each member's highest sequence number, where each origin
-window starts, where its committed source offsets are, and up to where an earlier clean
-run saw each origin partition replicated).
-
-Shuffles are what an audit costs, so the checks share as few as possible:
-
-1. **by event** (origin coordinates): every member's copies of one origin event meet the
-   origin record in one row. From that row alone come duplicates (a second copy in one
-   member), disagreement (a member holds the event at another seq, or with other content,
-   than most members), fidelity (content differs from the origin record), foreign events
-   (no origin record), missing events, and re-deliveries of events an earlier run audited;
-2. **along each origin partition**: a window over those rows in origin-offset order finds,
-   per member, an event held at a higher seq than the next event of its partition (origin
-   order), without sorting any member's whole history;
-3. **by sequence number**: per member, how many distinct seqs it holds in the range and
-   whether a seq carries two different events. Gaps and collisions are then described in
-   detail only for the members whose counts show them (see ``seq_counts``).
-
-Every violation frame has the columns of ``VIOLATION_SCHEMA``; only violations, which are
-few when the group is healthy, ever reach the driver.
-"""
+"""Passes 1 and 2 of the audit: every member's copies of one origin event meet the origin
+record in one row (duplicates, disagreement, fidelity, foreign, missing and re-delivered
+events), then a window along each origin partition finds order violations."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType
 
+from kdsync.audit.checks.columns import (
+    _map_literal,
+    _partition_key,
+    _partition_map,
+    _text,
+    _violation,
+    event_text,
+)
+from kdsync.audit.checks.model import ORIGIN_KEY, VIOLATION_SCHEMA, Facts
 from kdsync.audit.report import (
     DISAGREEMENT,
     DUPLICATE,
     FIDELITY,
     FOREIGN,
-    GAP,
     MISSING,
     ORDER,
     UNVERIFIED,
 )
-
-ORIGIN_KEY = ["origin", "otopic", "opartition", "ooffset"]
-VIOLATION_SCHEMA = StructType(
-    [
-        StructField("kind", StringType(), False),
-        StructField("topic", StringType(), False),
-        StructField("seq", LongType(), True),
-        StructField("member", StringType(), False),
-        StructField("detail", StringType(), False),
-    ]
-)
-BOUNDS_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("from_seq", LongType(), False),
-        StructField("to_seq", LongType(), False),
-    ]
-)
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The range of sequence numbers checked for one source topic, inclusive."""
-
-    topic: str
-    from_seq: int
-    to_seq: int
-
-
-OriginPartition = tuple[str, str, int]  # (origin member, source topic, partition)
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Small facts the checks need, gathered on the driver from the plan and statistics.
-
-    - ``members``: the group's data members (the ones whose ``T-global`` is checked);
-    - ``highs[(topic, member)]``: the member's highest sequence number in the range
-      (``from_seq - 1`` when it has none): completeness expects events up to there;
-    - ``origin_starts[(origin, topic, partition)]``: first origin offset read; an event
-      replicated from below it cannot be verified (retention, or checked earlier);
-    - ``committed_ends[(origin, topic, partition)]``: the origin's committed source offset
-      (or its visible end without one): events below it must be in the origin's T-global;
-    - ``audited_ends[(origin, topic, partition)]``: from the last clean run's state, the
-      first origin offset not yet replicated below this run's range: an event from below
-      it that shows up again in the range was delivered twice (or out of order).
-    """
-
-    members: tuple[str, ...]
-    bounds: tuple[Bounds, ...]
-    highs: Mapping[tuple[str, str], int]
-    origin_starts: Mapping[OriginPartition, int]
-    committed_ends: Mapping[OriginPartition, int]
-    audited_ends: Mapping[OriginPartition, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SeqCounts:
-    """Pass 3's result for one topic: distinct seqs held in range by anyone and by each
-    member, and how many seqs of each member carry two different events."""
-
-    topic: str
-    seqs: int
-    held: Mapping[str, int]
-    collided: Mapping[str, int]
-
-
-def _violation(kind: str, topic: Column, seq: Column, member: Column, detail: Column) -> Column:
-    return F.struct(
-        F.lit(kind).alias("kind"),
-        topic.alias("topic"),
-        seq.cast("long").alias("seq"),
-        member.alias("member"),
-        F.concat(topic, F.lit(": "), detail).alias("detail"),
-    )
-
-
-def _violations(
-    frame: DataFrame, kind: str, seq: Column, member: Column, detail: Column
-) -> DataFrame:
-    return frame.select(_violation(kind, F.col("topic"), seq, member, detail).alias("v")).select(
-        "v.*"
-    )
-
-
-def event_text(prefix: str = "", offset: Column | None = None) -> Column:
-    """``us-east/orders[0]@17``: an event by its origin coordinates."""
-    return F.concat(
-        F.col(f"{prefix}origin"),
-        F.lit("/"),
-        F.col(f"{prefix}otopic"),
-        F.lit("["),
-        F.col(f"{prefix}opartition").cast("string"),
-        F.lit("]@"),
-        (F.col(f"{prefix}ooffset") if offset is None else offset).cast("string"),
-    )
-
-
-def _text(column: Column | str) -> Column:
-    return (F.col(column) if isinstance(column, str) else column).cast("string")
-
-
-def _map_literal(entries: Mapping[str, int]) -> Column:
-    if not entries:
-        return F.lit(None).cast("map<string,bigint>")
-    parts: list[Column] = []
-    for key, value in sorted(entries.items()):
-        parts.extend((F.lit(key), F.lit(value).cast("long")))
-    return F.create_map(*parts)
-
-
-def _partition_map(entries: Mapping[OriginPartition, int]) -> Column:
-    return _map_literal({"\u0000".join(map(str, k)): v for k, v in entries.items()})
-
-
-def _partition_key() -> Column:
-    return F.concat_ws(
-        "\u0000", F.col("origin"), F.col("otopic"), F.col("opartition").cast("string")
-    )
-
-
-def bounds_frame(spark: SparkSession, bounds: Iterable[Bounds]) -> DataFrame:
-    rows = [(b.topic, b.from_seq, b.to_seq) for b in bounds]
-    return spark.createDataFrame(rows, BOUNDS_SCHEMA)
-
-
-def in_range(events: DataFrame, bounds: DataFrame) -> DataFrame:
-    """Well-formed ``T-global`` rows whose sequence number is in their topic's range."""
-    return (
-        events.where(F.col("well_formed"))
-        .join(F.broadcast(bounds), "topic")
-        .where(F.col("seq").between(F.col("from_seq"), F.col("to_seq")))
-    )
-
-
-# -- pass 1: by event ---------------------------------------------------------------------
 
 
 def event_copies(
@@ -570,184 +420,3 @@ def event_violations(
 
 
 # -- pass 3: by sequence number -----------------------------------------------------------
-
-
-def seq_counts(ranged: DataFrame, facts: Facts) -> DataFrame:
-    """Per topic: ``seqs`` (distinct seqs anyone holds in range) and, per member ``i`` of
-    ``facts.members``, ``held_i`` (distinct seqs it holds) and ``collided_i`` (its seqs
-    carrying records of two different events).
-
-    A member holds no gap iff ``held_i`` equals its highest seq minus the range start plus
-    one (all its seqs lie in between); only then is the costly search for gap runs skipped.
-    """
-    identity = F.xxhash64(*ORIGIN_KEY)
-    per_member: list[Column] = []
-    for index, member in enumerate(facts.members):
-        mine = F.col("member") == F.lit(member)
-        per_member += [
-            F.count(F.when(mine, 1)).alias(f"n_{index}"),
-            F.min(F.when(mine, identity)).alias(f"low_{index}"),
-            F.max(F.when(mine, identity)).alias(f"high_{index}"),
-        ]
-    per_seq = ranged.groupBy("topic", "seq").agg(*per_member)
-    totals: list[Column] = []
-    for index in range(len(facts.members)):
-        n, low, high = F.col(f"n_{index}"), F.col(f"low_{index}"), F.col(f"high_{index}")
-        totals += [
-            F.sum((n > 0).cast("long")).alias(f"held_{index}"),
-            F.sum(((n > 1) & (low != high)).cast("long")).alias(f"collided_{index}"),
-        ]
-    return per_seq.groupBy("topic").agg(F.count(F.lit(1)).alias("seqs"), *totals)
-
-
-def collect_seq_counts(ranged: DataFrame, facts: Facts) -> dict[str, SeqCounts]:
-    counts: dict[str, SeqCounts] = {}
-    for row in seq_counts(ranged, facts).collect():
-        counts[row["topic"]] = SeqCounts(
-            topic=row["topic"],
-            seqs=row["seqs"],
-            held={m: row[f"held_{i}"] for i, m in enumerate(facts.members)},
-            collided={m: row[f"collided_{i}"] for i, m in enumerate(facts.members)},
-        )
-    return counts
-
-
-def collisions(ranged: DataFrame) -> DataFrame:
-    """Seqs at which one member holds records of different events."""
-    shared = (
-        ranged.groupBy("member", "topic", "seq")
-        .agg(
-            F.count(F.lit(1)).alias("records"),
-            F.min(F.struct(*ORIGIN_KEY)).alias("low"),
-            F.max(F.struct(*ORIGIN_KEY)).alias("high"),
-        )
-        .where((F.col("records") > 1) & (F.col("low") != F.col("high")))
-    )
-    return _violations(
-        shared,
-        DUPLICATE,
-        F.col("seq"),
-        F.col("member"),
-        F.concat(
-            F.lit("seq "),
-            _text("seq"),
-            F.lit(" is used by "),
-            _text("records"),
-            F.lit(" records of different events ("),
-            event_text("low."),
-            F.lit(", "),
-            event_text("high."),
-            F.lit(")"),
-        ),
-    )
-
-
-def gaps(spark: SparkSession, ranged: DataFrame, bounds: DataFrame, facts: Facts) -> DataFrame:
-    """Sequence numbers missing in a member between the range start and its highest seq.
-
-    Runs of missing numbers are found with two anti-joins (a seq without successor starts
-    a gap, a seq without predecessor ends one), so no single task sorts a member's history.
-    """
-    keys = ["member", "topic"]
-    present = ranged.select("member", "topic", "seq").distinct()
-    sentinel_rows = [(m, b.topic, b.from_seq - 1) for b in facts.bounds for m in facts.members]
-    sentinels = spark.createDataFrame(
-        sentinel_rows,
-        StructType(
-            [
-                StructField("member", StringType(), False),
-                StructField("topic", StringType(), False),
-                StructField("seq", LongType(), False),
-            ]
-        ),
-    )
-    seqs = present.unionByName(sentinels)
-    highs = present.groupBy(*keys).agg(F.max("seq").alias("high"))
-    has_next = seqs.select(*keys, (F.col("seq") - 1).alias("seq"))
-    has_prev = seqs.select(*keys, (F.col("seq") + 1).alias("seq"))
-    starts = (
-        seqs.join(has_next, [*keys, "seq"], "left_anti")
-        .join(highs, keys)
-        .where(F.col("seq") < F.col("high"))
-        .select(*keys, (F.col("seq") + 1).alias("first"), "high")
-    )
-    ends = (
-        seqs.join(has_prev, [*keys, "seq"], "left_anti")
-        .join(F.broadcast(bounds), "topic")
-        .where(F.col("seq") >= F.col("from_seq"))
-        .select(*keys, (F.col("seq") - 1).alias("last"))
-    )
-    rank_starts = Window.partitionBy(*keys).orderBy("first")
-    rank_ends = Window.partitionBy(*keys).orderBy("last")
-    runs = starts.withColumn("n", F.row_number().over(rank_starts)).join(
-        ends.withColumn("n", F.row_number().over(rank_ends)), [*keys, "n"]
-    )
-    count = F.col("last") - F.col("first") + 1
-    return _violations(
-        runs,
-        GAP,
-        F.col("first"),
-        F.col("member"),
-        F.concat(
-            F.when(count == 1, F.concat(F.lit("seq "), _text("first"))).otherwise(
-                F.concat(F.lit("seqs "), _text("first"), F.lit(".."), _text("last"))
-            ),
-            F.lit(" missing ("),
-            _text(count),
-            F.lit(" number(s)) below this member's seq "),
-            _text("high"),
-        ),
-    )
-
-
-def malformed(events: DataFrame) -> DataFrame:
-    """``T-global`` records without kdsync's headers: not from any origin."""
-    return _violations(
-        events.where(~F.col("well_formed")),
-        FOREIGN,
-        F.lit(None),
-        F.col("member"),
-        F.concat(
-            F.lit("record at "),
-            F.col("topic"),
-            F.lit("-global["),
-            _text("gpartition"),
-            F.lit("]@"),
-            _text("goffset"),
-            F.lit(" has no valid kdsync headers"),
-        ),
-    )
-
-
-def all_violations(
-    spark: SparkSession,
-    events: DataFrame,
-    origins: DataFrame,
-    facts: Facts,
-    counts: Mapping[str, SeqCounts],
-) -> DataFrame:
-    """Every violation (and every unverified event) as one frame of ``VIOLATION_SCHEMA``.
-
-    ``counts`` (pass 3) decides which members get the detailed gap and collision searches.
-    """
-    bounds = bounds_frame(spark, facts.bounds)
-    frames: list[DataFrame] = [event_violations(events, origins, bounds, facts), malformed(events)]
-    gapped: set[str] = set()
-    for b in facts.bounds:
-        topic_counts = counts.get(b.topic)
-        for member in facts.members:
-            held = topic_counts.held.get(member, 0) if topic_counts is not None else 0
-            if held < facts.highs[(b.topic, member)] - b.from_seq + 1:
-                gapped.add(member)
-    collided = sorted({m for c in counts.values() for m, n in c.collided.items() if n > 0})
-    if gapped or collided:
-        ranged = in_range(events, bounds)
-        if gapped:
-            mine = ranged.where(F.col("member").isin(sorted(gapped)))
-            frames.append(gaps(spark, mine, bounds, replace(facts, members=tuple(sorted(gapped)))))
-        if collided:
-            frames.append(collisions(ranged.where(F.col("member").isin(collided))))
-    result = frames[0]
-    for frame in frames[1:]:
-        result = result.unionByName(frame)
-    return result

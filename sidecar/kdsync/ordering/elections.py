@@ -1,0 +1,269 @@
+"""Who leads: roles, pre-vote, votes, check-quorum, handing over, witness recovery.
+
+Elections start with a pre-vote (Raft thesis 9.6), leaders step down when they no
+longer hear a majority (check-quorum), and the election timeout backs off after every
+election that ends without a leader: a member that cannot win never disturbs the
+others, and elections succeed however slow the round trips become.
+"""
+
+from __future__ import annotations
+
+from kdsync.ordering.messages import (
+    PreVoteReply,
+    PreVoteRequest,
+    RecoverReply,
+    TimeoutNow,
+    VoteReply,
+    VoteRequest,
+)
+from kdsync.ordering.node_state import NodeState
+from kdsync.ordering.progress import NEVER, ProgressTracker
+from kdsync.ordering.ready import Role
+
+
+class Elections(NodeState):
+    # ------------------------------------------------------------------ roles
+
+    def _set_term(self, term: int, voted_for: str | None) -> None:
+        if term != self.term or voted_for != self.voted_for:
+            self.term = term
+            self.voted_for = voted_for
+            self._hard_dirty = True
+
+    def _become_follower(self, term: int, leader: str | None, why: str) -> None:
+        was_leader, was_role, was_term = self.leader, self.role, self.term
+        self._set_term(term, None if term > self.term else self.voted_for)
+        self.role = Role.FOLLOWER
+        self.leader = leader
+        self._timer.leader_known(self._now)
+        self._leader_match = self._reported_match = 0
+        self._votes.clear()
+        self._tracker = None
+        self._uncommitted.clear()
+        self._admission.clear()
+        self._timer.reset()
+        if was_role != Role.FOLLOWER or term != was_term:
+            following = f"following {leader}" if leader else "no leader known"
+            self._event("follower", f"{why}; {following}")
+        elif leader is not None and leader != was_leader:
+            self._event("follower", f"{leader} leads")
+        if leader != was_leader and leader is not None:
+            self._on_leader_change()
+
+    def _start_pre_vote(self) -> None:
+        """Ask whether a campaign could win before starting one (Raft thesis 9.6)."""
+        was_leader = self.leader
+        if self.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
+            # The last round ended without a leader.
+            self._timer.round_failed()
+        self.role = Role.PRE_CANDIDATE
+        self.leader = None
+        self._votes = {self.member}
+        self._timer.reset()
+        heard = f"no word from {was_leader}" if was_leader else "no leader"
+        self._event(
+            "pre-vote",
+            f"{heard} for {self._timer.timeout} ticks; asking for term {self.term + 1}",
+        )
+        request = PreVoteRequest(
+            self.term + 1, self.log.last_index, self.log.last_term, self.incarnation
+        )
+        for peer in self._peers:
+            self._send(peer, request)
+
+    def _campaign(self, transfer: bool = False) -> None:
+        self.role = Role.CANDIDATE
+        self.leader = None
+        self._set_term(self.term + 1, self.member)
+        self._votes = {self.member}
+        self._timer.reset()
+        self._event("campaign", "leadership handed over to us" if transfer else "pre-vote won")
+        request = VoteRequest(
+            self.term, self.log.last_index, self.log.last_term, self.incarnation, transfer
+        )
+        for peer in self._peers:
+            self._send(peer, request)
+
+    def _become_leader(self) -> None:
+        self.role = Role.LEADER
+        self.leader = self.member
+        self._timer.leader_known(self._now)
+        self._transfer_sent_at = NEVER
+        self._led_since = self._now
+        self._tracker = ProgressTracker(self._peers, self.log.last_index + 1, self._now)
+        self._uncommitted = {}
+        for index in range(self.commit_index + 1, self.log.last_index + 1):
+            self._track_uncommitted(self.log.entry(index))
+        self._event("leader", f"won with votes of {sorted(self._votes)}")
+        # A no-op in the new term lets earlier entries commit (Raft, section 5.4.2).
+        self._append_local(None)
+        self._on_leader_change()
+
+    def _lost_quorum(self) -> bool:
+        """Check-quorum: a leader that heard from no majority within an election timeout
+        steps down, so a member cut off on one side cannot keep the others waiting."""
+        if not self.timing.check_quorum or self._tracker is None:
+            return False
+        window = 2 * self.timing.election_ticks << self._timer.level
+        if self._now - self._led_since < window:
+            return False
+        heard = self._tracker.acked_since(self._now - window) + 1
+        if heard >= self.group.quorum:
+            return False
+        self._become_follower(
+            self.term,
+            None,
+            f"stepped down: only {heard} of {len(self.group.members)} members "
+            f"answered within {window} ticks",
+        )
+        return True
+
+    def _on_leader_change(self) -> None:
+        # Batches sent to an earlier leader may have died with its term: offer them again.
+        self.outbox.offer_again()
+        self._flush_outbox()
+
+    # ------------------------------------------------------------------ votes
+
+    def _log_is_current(self, last_index: int, last_term: int) -> bool:
+        return (last_term, last_index) >= (self.log.last_term, self.log.last_index)
+
+    def _leader_is_alive(self, transfer: bool = False) -> bool:
+        """Refuse campaigns while a live leader is known (Raft thesis 4.2.3): a member
+        that fell behind or was cut off must not depose a leader the rest of the group
+        still follows. Refusing is always safe; a requested handover is not refused."""
+        if transfer:
+            return False
+        horizon = self._now - self.timing.election_ticks
+        if self.role == Role.LEADER:
+            assert self._tracker is not None
+            return self._tracker.acked_since(horizon) + 1 >= self.group.quorum
+        leader = self.leader
+        return (
+            self.role == Role.FOLLOWER
+            and leader is not None
+            and self._heard_at.get(leader, NEVER) >= horizon
+        )
+
+    def _on_pre_vote_request(self, candidate: str, request: PreVoteRequest) -> None:
+        # Neither our term nor our timer changes: a pre-vote disturbs nobody.
+        grant = (
+            request.term > self.term
+            and not self._leader_is_alive()
+            and self._log_is_current(request.last_index, request.last_term)
+        )
+        if not grant and request.term > self.term:
+            reason = (
+                "a live leader is known"
+                if self._leader_is_alive()
+                else f"its log ({request.last_term}, {request.last_index}) is behind ours "
+                f"({self.log.last_term}, {self.log.last_index})"
+            )
+            self._event(
+                "vote-refused", f"pre-vote of {candidate} for term {request.term}: {reason}"
+            )
+        self._send(candidate, PreVoteReply(self.term, grant, request.incarnation))
+
+    def _on_pre_vote_reply(self, voter: str, reply: PreVoteReply) -> None:
+        if reply.incarnation != self.incarnation:
+            return
+        if not reply.granted:
+            if reply.term > self.term:
+                self._become_follower(reply.term, None, f"{voter} is in term {reply.term}")
+            return
+        if self.role != Role.PRE_CANDIDATE:
+            return
+        self._votes.add(voter)
+        if len(self._votes) >= self.group.quorum:
+            self._campaign()
+
+    def _on_vote_request(self, candidate: str, request: VoteRequest) -> None:
+        current = self._log_is_current(request.last_index, request.last_term)
+        grant = (
+            request.term == self.term
+            and request.term > self._vote_withheld_term
+            and self.voted_for in (None, candidate)
+            and current
+        )
+        if grant:
+            self._set_term(self.term, candidate)
+            self._timer.reset()
+        elif request.term == self.term and not current:
+            self._event(
+                "vote-refused",
+                f"{candidate}'s log ({request.last_term}, {request.last_index}) is behind ours "
+                f"({self.log.last_term}, {self.log.last_index})",
+            )
+        self._send(candidate, VoteReply(self.term, grant, request.incarnation))
+
+    def _on_vote_reply(self, voter: str, reply: VoteReply) -> None:
+        if (
+            self.role != Role.CANDIDATE
+            or reply.term != self.term
+            or reply.incarnation != self.incarnation
+            or not reply.granted
+        ):
+            return
+        self._votes.add(voter)
+        if len(self._votes) >= self.group.quorum:
+            self._become_leader()
+
+    # ------------------------------------------------------------------ handing over
+
+    def _maybe_hand_over(self) -> None:
+        """A witness leader hands leadership to a caught-up data member as soon as there
+        is one; so does a data member whose own destination has fallen far behind one
+        that writes faster (halted, say): the group then goes on at the faster pace."""
+        tracker = self._tracker
+        assert tracker is not None
+        if self._transferring():
+            return
+        if self.commit_index != self.log.last_index:
+            return
+        # Only to a member that answered lately: one that went down keeps its old match,
+        # and handing over to it again and again would keep admission paused for good.
+        recently = self._now - self.timing.election_ticks
+        caught_up = [
+            p
+            for p in self.group.data_members
+            if p != self.member
+            and tracker[p].match == self.log.last_index
+            and tracker[p].acked_at >= recently
+        ]
+        if not caught_up:
+            return
+        target = max(caught_up, key=lambda p: tracker[p].applied)
+        if self.ledger is not None:
+            behind = self.commit_index - self._durable_applied > 2 * self.timing.max_unapplied
+            if not (behind and tracker[target].applied > self._durable_applied):
+                return
+        self._transfer_sent_at = self._now
+        self._event("step-down", f"handing leadership to {target}")
+        self._send(target, TimeoutNow(self.term))
+
+    def _transferring(self) -> bool:
+        """A handover was asked for lately: admit nothing new meanwhile (as etcd does),
+        or the target's log falls behind ours and our vote refuses it."""
+        return self._now - self._transfer_sent_at < self.timing.election_ticks * 2
+
+    # ------------------------------------------------------------------ witness recovery
+
+    def _send_recover_requests(self) -> None:
+        assert self._recovery is not None
+        for peer, request in self._recovery.requests(self.term):
+            self._send(peer, request)
+
+    def _on_recover_reply(self, sender: str, reply: RecoverReply) -> None:
+        assert self._recovery is not None
+        outcome = self._recovery.reply(sender, reply)
+        if outcome is None:
+            return
+        self.log.reset(outcome.commit_index, outcome.commit_term, list(outcome.entries))
+        self.commit_index = outcome.commit_index
+        # We may have voted in `term` before we lost our memory: do not vote in it again.
+        self._vote_withheld_term = outcome.term
+        self._set_term(outcome.term, None)
+        self.role = Role.FOLLOWER
+        self._recovery = None
+        self._event("follower", f"recovered from every member, term {outcome.term}")
+        self._timer.reset()

@@ -1,0 +1,112 @@
+"""The fields every part of an ``OrderingNode`` shares, and the steps they all take.
+
+The node's steps live in one module per concept (``kdsync.ordering.node`` lists them),
+as methods of classes that all build on this one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from kdsync.ordering.election_timer import ElectionTimer
+from kdsync.ordering.events import OriginBatch
+from kdsync.ordering.group import GroupSpec, Timing
+from kdsync.ordering.ledger import DeliveryLedger
+from kdsync.ordering.log import Entry, ReplicatedLog
+from kdsync.ordering.messages import Message, Outbound
+from kdsync.ordering.outbox import BatchKey, Outbox
+from kdsync.ordering.progress import NEVER, ProgressTracker
+from kdsync.ordering.ready import NodeEvent, Ready, Role
+from kdsync.ordering.witness import WitnessRecovery
+
+
+class NodeState:
+    """Fields of one member's ordering state machine (see ``OrderingNode``)."""
+
+    def __init__(self, member: str, group: GroupSpec, timing: Timing, incarnation: int) -> None:
+        if member not in group.members:
+            raise ValueError(f"{member!r} is not a member of the group {list(group.members)}")
+        self.member = member
+        self.group = group
+        self.timing = timing
+        self.incarnation = incarnation
+        self.is_witness = group.is_witness(member)
+        self._peers = tuple(m for m in group.members if m != member)
+
+        self.term = 0
+        self.voted_for: str | None = None
+        self._vote_withheld_term = -1  # a recovered witness may have voted in this term
+        self.leader: str | None = None
+        self.role = Role.FOLLOWER
+        self.log = ReplicatedLog()
+        self.commit_index = 0
+        self.ledger: DeliveryLedger | None = None
+        self._durable_applied = 0
+        # Readys whose log writes the shell has not confirmed: (number, first index written).
+        self._unpersisted: deque[tuple[int, int]] = deque()
+        self._ready_number = 0
+        # As a follower: our log matches the leader's up to here, we told it this much.
+        self._leader_match = 0
+        self._reported_match = 0
+        self._leader_incarnation = 0
+        self._all_durable = 0
+        self._known_commit = 0  # the highest commit index a leader has told us about
+
+        self._now = 0
+        base = timing.election_ticks
+        if self.is_witness:
+            base *= timing.witness_election_factor  # witnesses campaign last
+        self._timer = ElectionTimer(
+            member, incarnation, base, timing.election_backoff, timing.election_ticks
+        )
+        self._recover_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._votes: set[str] = set()
+        self._heard_at: dict[str, int] = {}  # tick of the last message from each peer
+        self._tracker: ProgressTracker | None = None  # while leading
+        self._led_since = NEVER
+        self._transfer_sent_at = NEVER
+        # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
+        # not appended again (it would only be dropped as a duplicate after ordering).
+        self._uncommitted: dict[BatchKey, int] = {}
+        # Forwarded batches wait here while the leader may not admit more (bounded).
+        self._admission: deque[OriginBatch] = deque()
+
+        self.outbox = Outbox(
+            timing.max_outbox, timing.max_outbox_bytes, timing.max_forward, timing.resend_ticks
+        )
+        self._opened: set[tuple[str, str, int]] = set()
+        self._loaded: dict[int, Entry] = {}
+        self._loads_asked: set[tuple[int, int]] = set()
+        # Delivered to the shell, not yet durably applied: (index, bytes), in order.
+        self._applying: deque[tuple[int, int]] = deque()
+        self._applying_bytes = 0
+
+        self._ready = Ready()
+        self._hard_dirty = False
+        # Set by every input: ready() has work to look at (a second call in a row, as a
+        # shell makes to see that nothing is left, then costs nothing).
+        self._stirred = True
+        # On a leader: something may be worth sending (new entries, a higher commit, an
+        # answered probe, entries read back); heartbeats go out regardless.
+        self._replication_due = True
+        self._recovery: WitnessRecovery | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _send(self, peer: str, message: Message) -> None:
+        self._ready.messages.append(Outbound(peer, message))
+
+    def _event(self, kind: str, detail: str) -> None:
+        self._ready.events.append(NodeEvent(kind, self.term, detail))
+
+    if TYPE_CHECKING:
+        # Steps one part of the node takes that another part defines (the class that puts
+        # the parts together, ``OrderingNode``, has them all).
+
+        def _become_follower(self, term: int, leader: str | None, why: str) -> None: ...
+        def _transferring(self) -> bool: ...  # both in kdsync.ordering.elections
+        def _append_local(self, batch: OriginBatch | None) -> None: ...
+        def _track_uncommitted(self, entry: Entry) -> None: ...  # both in .replication
+        def _flush_outbox(self) -> None: ...  # in kdsync.ordering.admission

@@ -1,0 +1,351 @@
+"""Replication: Appends and their answers, probes, read-back for lagging peers,
+commit, and compaction of the in-memory log.
+
+A leader sends each peer what it lacks, a bounded window at a time (``Progress``
+tracks each peer), probing where the peer's log diverges; entries already compacted
+from memory are read back from durable storage through ``Ready.loads``. A follower
+acknowledges only what it has written. Entries of the current term commit once a
+majority has written them.
+"""
+
+from __future__ import annotations
+
+from kdsync.ordering.events import OriginBatch
+from kdsync.ordering.log import Entry
+from kdsync.ordering.messages import Append, AppendReply
+from kdsync.ordering.node_state import NodeState
+from kdsync.ordering.outbox import batch_key
+from kdsync.ordering.progress import ProgressState
+from kdsync.ordering.ready import Role
+
+# How many Appends' worth of entries a leader reads back at once for a lagging peer.
+_READ_AHEAD_APPENDS = 4
+
+
+class Replication(NodeState):
+    # ------------------------------------------------------------------ the leader's log
+
+    def _append_local(self, batch: OriginBatch | None) -> None:
+        self._replication_due = True
+        index = self.log.last_index + 1
+        entry = Entry(index, self.term, batch)
+        self.log.append(entry)
+        self._track_uncommitted(entry)
+        self._mark_persist(index)
+
+    def _track_uncommitted(self, entry: Entry) -> None:
+        if entry.batch is not None:
+            self._uncommitted[batch_key(entry.batch)] = entry.index
+
+    def _mark_persist(self, index: int) -> None:
+        if self.ledger is None:
+            return  # a witness keeps nothing durable
+        current = self._ready.persist_from
+        self._ready.persist_from = index if current is None else min(current, index)
+
+    # ------------------------------------------------------------------ sending
+
+    def _entries_for(self, first: int, limit: int | None = None) -> list[Entry] | None:
+        """Entries from ``first`` for an Append, or None while they must be loaded."""
+        entries = self._entries_from(first)
+        if entries is not None and limit is not None:
+            entries = entries[:limit]
+        if entries is None or len(entries) < 2:
+            return entries
+        budget = self.timing.max_append_bytes
+        for count, entry in enumerate(entries):
+            if entry.batch is not None:
+                budget -= entry.batch.size_bytes()
+            if budget < 0 and count > 0:
+                return entries[:count]
+        return entries
+
+    def _entries_from(self, first: int) -> list[Entry] | None:
+        last = min(self.log.last_index, first + self.timing.max_entries_per_append - 1)
+        if first > last:
+            return []
+        if first > self.log.snapshot_index:
+            return self.log.slice(first, last)
+        # The peer is behind our in-memory log: use entries read back from storage.
+        upto = min(last, self.log.snapshot_index)
+        loaded: list[Entry] = []
+        for index in range(max(1, first - 1), upto + 1):
+            entry = self._loaded.get(index)
+            if entry is None:
+                if not self.is_witness:
+                    # Load the entry before ``first`` too: its term is the Append's prev_term.
+                    # Read ahead a window's worth: a lagging peer then catches up at the
+                    # pace of the pipeline, not one read per Append.
+                    ahead = min(
+                        self.log.snapshot_index,
+                        first - 1 + _READ_AHEAD_APPENDS * (self.timing.max_entries_per_append),
+                    )
+                    span = (max(1, first - 1), max(upto, ahead))
+                    if span not in self._loads_asked:
+                        self._loads_asked.add(span)
+                        self._ready.loads.append(span)
+                return None
+            if index >= first:
+                loaded.append(entry)
+        if upto < last:
+            loaded.extend(self.log.slice(upto + 1, last))
+        return loaded
+
+    def _term_of(self, index: int) -> int | None:
+        if index == 0:
+            return 0
+        term = self.log.term_at(index)
+        if term is None and index in self._loaded:
+            term = self._loaded[index].term
+        return term
+
+    def _send_append(self, peer: str, entries: list[Entry], prev_index: int) -> bool:
+        assert self._tracker is not None
+        prev_term = self._term_of(prev_index)
+        if prev_term is None:
+            return False
+        self._send(
+            peer,
+            Append(
+                self.term,
+                prev_index,
+                prev_term,
+                tuple(entries),
+                self.commit_index,
+                self.incarnation,
+                self._all_durable,
+            ),
+        )
+        progress = self._tracker[peer]
+        progress.sent_commit = self.commit_index
+        if entries:
+            progress.next = entries[-1].index + 1
+        return True
+
+    def _replicate(self, heartbeat: bool) -> None:
+        """Send each peer what it lacks; on heartbeats also repair lost messages."""
+        self._replication_due = False
+        tracker = self._tracker
+        assert tracker is not None
+        self._refresh_all_durable()
+        last = self.log.last_index
+        for peer in self._peers:
+            pr = tracker[peer]
+            if heartbeat:
+                pr.probe_sent = False
+                stalled = self._now - pr.progress_at >= self.timing.election_ticks
+                if pr.state == ProgressState.REPLICATE and stalled and pr.match < last:
+                    pr.become_probe(self._probe_floor(peer))
+            if self.group.is_witness(peer) and pr.next <= self.log.snapshot_index:
+                # A witness needs no history, only our log's shape: it takes our compacted
+                # (committed) prefix as its own and continues from there.
+                pr.next = self.log.snapshot_index + 1
+            if pr.state == ProgressState.PROBE:
+                if pr.probe_sent:
+                    continue
+                pr.probe_sent = True
+                first = pr.next
+                # A probe carries one entry, and a resent one none: it goes out every
+                # heartbeat until the peer answers, and must stay cheap for a slow peer.
+                bare = pr.unanswered_probes and self._term_of(first - 1) is not None
+                entries = self._entries_for(first, 1) if first <= last and not bare else []
+                if entries is not None and self._send_append(peer, entries, first - 1):
+                    pr.unanswered_probes += 1
+                pr.next = first  # probes do not advance optimistically
+            elif pr.next <= last and pr.window_open(4 * self.timing.max_append_bytes):
+                # Bound what is in flight to a peer, in Appends and bytes (etcd's Inflights),
+                # so a slow peer's queue stays short and it hears heartbeats in time.
+                entries = self._entries_for(pr.next)
+                if entries and self._send_append(peer, entries, pr.next - 1):
+                    pr.sent(entries[-1].index, sum(_entry_size(e) for e in entries))
+            elif heartbeat or pr.sent_commit < self.commit_index:
+                # Nothing new: a bare heartbeat at a position the peer is known to hold.
+                self._send_append(peer, [], pr.match)
+
+    # ------------------------------------------------------------------ receiving
+
+    def _on_append(self, leader: str, append: Append) -> None:
+        if append.term < self.term:
+            self._send(
+                leader,
+                AppendReply(
+                    self.term, False, 0, 0, append.prev_index, append.incarnation, self.incarnation
+                ),
+            )
+            return
+        if self.role != Role.FOLLOWER or self.leader != leader:
+            self._become_follower(append.term, leader, f"{leader} leads term {append.term}")
+        self._timer.reset()
+        prev_index, prev_term, entries = append.prev_index, append.prev_term, list(append.entries)
+        if prev_index < self.log.snapshot_index:
+            # Our compacted prefix is committed, so it matches: skip what it covers.
+            entries = [e for e in entries if e.index > self.log.snapshot_index]
+            prev_index, prev_term = self.log.snapshot_index, self.log.snapshot_term
+            if entries and entries[0].index != prev_index + 1:
+                entries = []
+        if self.log.term_at(prev_index) != prev_term:
+            if self.is_witness and self.commit_index < prev_index <= append.commit:
+                # The leader's entry at prev_index is committed, so everything up to it is
+                # settled: a witness, which applies nothing, takes it as its new start.
+                self.log.reset(prev_index, prev_term, [])
+                self.commit_index = prev_index
+            else:
+                hint = min(self.log.last_index, prev_index - 1)
+                self._send(
+                    leader,
+                    AppendReply(
+                        self.term,
+                        False,
+                        0,
+                        hint,
+                        prev_index,
+                        append.incarnation,
+                        self.incarnation,
+                    ),
+                )
+                return
+        changed = self.log.merge(entries)
+        if changed is not None:
+            self._mark_persist(changed)
+        applied = self.ledger.applied_index if self.ledger is not None else self.commit_index
+        for entry in entries:
+            # Only entries still to be applied: an old Append seen again must not mark a
+            # batch as on its way once its entry was applied (as a gap, say).
+            batch = entry.batch
+            if batch is not None and batch.origin == self.member and entry.index > applied:
+                self.outbox.appended(batch_key(batch))
+        match = prev_index + len(entries)
+        self._all_durable = max(self._all_durable, append.all_durable)
+        self._known_commit = max(self._known_commit, append.commit)
+        self._advance_commit(min(append.commit, match))
+        # Acknowledge at once, but only what is written (``persisted`` acknowledges the
+        # rest); ``hint_index`` says how far our log matches, for the next Append.
+        self._leader_match = max(self._leader_match, match)
+        self._leader_incarnation = append.incarnation
+        durable = min(match, self._durable_end())
+        self._reported_match = max(self._reported_match, durable)
+        self._send(
+            leader,
+            AppendReply(
+                self.term,
+                True,
+                durable,
+                match,
+                0,
+                append.incarnation,
+                self.incarnation,
+                self._durable_applied,
+            ),
+        )
+
+    def _on_append_reply(self, peer: str, reply: AppendReply) -> None:
+        tracker = self._tracker
+        if tracker is None or reply.term != self.term or reply.incarnation != self.incarnation:
+            return
+        pr = tracker[peer]
+        self._replication_due = True
+        if pr.incarnation is not None and pr.incarnation != reply.peer_incarnation:
+            pr.restarted(self.log.last_index)
+        pr.incarnation = reply.peer_incarnation
+        pr.acked_at = self._now
+        if reply.success or reply.rejected_index == pr.next - 1:
+            # This answers the probe in flight (older answers must not trigger resends).
+            pr.probe_sent = False
+            pr.unanswered_probes = 0
+        if reply.success:
+            pr.applied = max(pr.applied, reply.applied_index)
+            if pr.update_match(reply.match_index, self._now):
+                self._leader_commit()
+            if pr.state == ProgressState.PROBE:
+                pr.become_replicate()
+            # The peer holds (not yet all written) entries up to hint_index: go on from there.
+            pr.next = max(pr.next, reply.hint_index + 1)
+        elif pr.state == ProgressState.REPLICATE:
+            if reply.rejected_index > pr.match:
+                pr.become_probe(self._probe_floor(peer))
+        elif reply.rejected_index == pr.next - 1:
+            # Only the answer to the current probe moves it; older rejections are stale.
+            pr.next = max(pr.match + 1, min(reply.rejected_index, reply.hint_index + 1))
+
+    def _probe_floor(self, peer: str) -> int:
+        return 0 if self.group.is_witness(peer) else min(self._all_durable, self.commit_index)
+
+    # ------------------------------------------------------------------ commit
+
+    def _leader_commit(self) -> None:
+        assert self._tracker is not None
+        majority_index = self._tracker.quorum_match(self._own_durable(), self.group.quorum)
+        # Only entries of the current term commit by counting (Raft, figure 8).
+        if majority_index > self.commit_index and self.log.term_at(majority_index) == self.term:
+            self._advance_commit(majority_index)
+
+    def _own_durable(self) -> int:
+        return self._durable_end()
+
+    def _durable_end(self) -> int:
+        """Our log is written up to here (a witness, which writes nothing, counts what
+        it holds): unconfirmed writes, and the one being gathered, start after it."""
+        if self.ledger is None or (not self._unpersisted and self._ready.persist_from is None):
+            return self.log.last_index
+        starts = [first for _, first in self._unpersisted]
+        if self._ready.persist_from is not None:
+            starts.append(self._ready.persist_from)
+        return min([self.log.last_index, *(first - 1 for first in starts)])
+
+    def _refresh_all_durable(self) -> None:
+        if self._tracker is None:
+            return
+        durable = self._tracker.durable_floor(
+            self.group.data_members, self.member, self._own_durable()
+        )
+        self._all_durable = max(self._all_durable, durable)
+
+    def _advance_commit(self, index: int) -> None:
+        if index <= self.commit_index:
+            return
+        if self._uncommitted:
+            for position in range(self.commit_index + 1, index + 1):
+                batch = self.log.entry(position).batch
+                if batch is not None:
+                    self._uncommitted.pop(batch_key(batch), None)
+        self.commit_index = index
+        self._replication_due = True
+        if self.ledger is None:
+            self._compact()
+
+    # ------------------------------------------------------------------ compaction
+
+    def _compact(self) -> None:
+        if self.ledger is None:
+            # A witness keeps what some data member has not stored yet (it may have to
+            # lead that member up to date), within a memory bound.
+            upto = min(self.commit_index, self._all_durable)
+            excess = self.log.bytes - self.timing.witness_retained_bytes
+            if excess > 0:
+                upto = max(upto, self.log.index_after_bytes(self.log.snapshot_index + 1, excess))
+            upto = min(upto, self.commit_index)
+        else:
+            floor = max(self._all_durable, self._durable_applied - self.timing.retained_applied)
+            upto = min(self._durable_applied, floor)
+        if upto > self.log.snapshot_index:
+            self.log.compact(upto)
+            span = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
+            stale = upto - span
+            # Entries read back for a lagging peer stay until they are sent (its next
+            # Append starts at next - 1, for prev_term): a busy leader compacts between
+            # the load and the next probe, and must not drop them meanwhile.
+            wanted = (
+                [self._tracker[p].next - 1 for p in self._peers]
+                if self._tracker is not None
+                else []
+            )
+            for index in [
+                i
+                for i in self._loaded
+                if i <= stale and not any(0 <= i - first <= span for first in wanted)
+            ]:
+                del self._loaded[index]
+
+
+def _entry_size(entry: Entry) -> int:
+    return entry.batch.size_bytes() if entry.batch is not None else 0

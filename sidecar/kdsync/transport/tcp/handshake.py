@@ -1,0 +1,167 @@
+"""Who may use a peer link: the handshake both sides run before any frame of the group.
+
+After TCP (and TLS, unless insecure):
+
+1. TLS mode: the listener maps the client certificate (already chain-verified against
+   the group CA) to a member name and closes the connection, reading nothing, unless
+   that name is a configured member of this group other than itself. The dialer
+   checks that the server certificate names the member it meant to reach.
+2. The dialer sends a ``hello`` frame (JSON: version, group, member). In insecure
+   mode this is the only identity there is; in TLS mode it must match the certificate.
+3. The listener answers ``welcome`` (JSON: version, group, its member name); only
+   then does the dialer count the link as connected and start writing queued frames.
+
+Both frames also carry the member's *agreement* (the settings every member must share:
+members, topics). A peer whose agreement differs is refused on both sides, with a
+message naming what differs (``PeerConfigMismatch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Container, Mapping
+from typing import Any
+
+from kdsync.transport.base import PeerAuthenticationError, TransportError
+from kdsync.transport.framing import encode_frame, read_frame
+from kdsync.transport.tcp.streams import detect_dead_peers
+from kdsync.transport.tcp_config import TcpTransportConfig
+from kdsync.transport.tls import member_from_peercert
+
+HANDSHAKE_VERSION = 1
+_MAX_HANDSHAKE_FRAME_BYTES = 4096
+
+
+class HandshakeError(TransportError):
+    """A malformed or unexpected hello/welcome."""
+
+
+class PeerConfigMismatch(HandshakeError):
+    """A member's group settings (members, topics) differ from ours: the link is refused."""
+
+
+def _handshake_frame(
+    kind: str, group: str, member: str, agreement: Mapping[str, Any] | None = None
+) -> bytes:
+    message: dict[str, Any] = {
+        "kdsync": kind,
+        "version": HANDSHAKE_VERSION,
+        "group": group,
+        "member": member,
+    }
+    if agreement:
+        message["agreement"] = dict(agreement)
+    return encode_frame(json.dumps(message, separators=(",", ":")).encode())
+
+
+def _disagreement(ours: Mapping[str, Any], frame: bytes, peer: str) -> str | None:
+    """What differs between our agreement and the one in a (parsed-valid) handshake frame;
+    None when they agree, or when either side sends none (a member from before the check)."""
+    theirs = json.loads(frame).get("agreement")
+    if not ours or not isinstance(theirs, dict):
+        return None
+    differences = [
+        f"{key}: {json.dumps(ours.get(key))} here, {json.dumps(theirs.get(key))} at {peer}"
+        for key in sorted(set(ours) | set(theirs))
+        if json.loads(json.dumps(ours.get(key))) != theirs.get(key)
+    ]
+    if not differences:
+        return None
+    return (
+        f"member {peer}'s configuration disagrees with this member's ("
+        + "; ".join(differences)
+        + "); every member needs the same members and topics settings"
+    )
+
+
+def _parse_handshake(frame: bytes, kind: str, group: str) -> str:
+    """Validate a hello/welcome frame and return the member it names."""
+    try:
+        message = json.loads(frame)
+    except ValueError as exc:
+        raise HandshakeError(f"{kind} is not valid JSON") from exc
+    if not isinstance(message, dict) or message.get("kdsync") != kind:
+        raise HandshakeError(f"expected a {kind} message")
+    if message.get("version") != HANDSHAKE_VERSION:
+        raise HandshakeError(
+            f"{kind} has protocol version {message.get('version')!r}; "
+            f"this member speaks {HANDSHAKE_VERSION}"
+        )
+    if message.get("group") != group:
+        raise HandshakeError(f"{kind} is for group {message.get('group')!r}, not {group!r}")
+    member = message.get("member")
+    if not isinstance(member, str):
+        raise HandshakeError(f"{kind} names no member")
+    return member
+
+
+async def handshake_as_dialer(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    config: TcpTransportConfig,
+    peer: str,
+    address: str,
+    *,
+    tls: bool,
+) -> None:
+    """Make sure the listener at ``address`` is member ``peer`` and agrees with us.
+
+    Raises PeerAuthenticationError, HandshakeError (PeerConfigMismatch when the
+    agreements differ), or what reading the stream raises.
+    """
+    if tls:
+        presented = member_from_peercert(writer.get_extra_info("peercert"), config.group)
+        if presented != peer:
+            raise PeerAuthenticationError(
+                f"{address} presented a certificate for member {presented!r}, expected {peer!r}"
+            )
+    writer.write(_handshake_frame("hello", config.group, config.member, config.agreement))
+    await writer.drain()
+    welcome = await read_frame(reader, _MAX_HANDSHAKE_FRAME_BYTES)
+    answered_as = _parse_handshake(welcome, "welcome", config.group)
+    if answered_as != peer:
+        raise PeerAuthenticationError(
+            f"{address} answered as member {answered_as!r}, expected {peer!r}"
+        )
+    disagreement = _disagreement(config.agreement, welcome, peer)
+    if disagreement is not None:
+        raise PeerConfigMismatch(disagreement)
+
+
+async def handshake_as_listener(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    config: TcpTransportConfig,
+    peers: Container[str],
+    *,
+    tls: bool,
+) -> str:
+    """Authenticate an inbound connection; returns the member (one of ``peers``) it
+    belongs to. Raises like ``handshake_as_dialer``."""
+    certified: str | None = None
+    if tls:
+        # Checked before reading anything: a stranger gets no say in what we parse.
+        certified = member_from_peercert(writer.get_extra_info("peercert"), config.group)
+        _check_is_peer(certified, peers, config.group)
+    hello = await read_frame(reader, _MAX_HANDSHAKE_FRAME_BYTES)
+    claimed = _parse_handshake(hello, "hello", config.group)
+    if certified is not None and claimed != certified:
+        raise PeerAuthenticationError(
+            f"hello claims member {claimed!r} but the certificate names {certified!r}"
+        )
+    _check_is_peer(claimed, peers, config.group)
+    detect_dead_peers(writer)
+    # The welcome carries our agreement even to a member that disagrees, so both
+    # sides can say what differs; the link is then refused.
+    writer.write(_handshake_frame("welcome", config.group, config.member, config.agreement))
+    await writer.drain()
+    disagreement = _disagreement(config.agreement, hello, claimed)
+    if disagreement is not None:
+        raise PeerConfigMismatch(disagreement)
+    return claimed
+
+
+def _check_is_peer(name: str, peers: Container[str], group: str) -> None:
+    if name not in peers:
+        raise PeerAuthenticationError(f"{name!r} is not another member of group {group!r}")

@@ -1,0 +1,178 @@
+"""Origin batches (with their events) and log entries: the bulk of every encoding.
+
+Append, Forward and RecoverReply messages and the stored Entry record all carry these;
+every replicated event crosses ``take_batch`` at least once, so it is written for speed.
+A batch keeps its encoding once made or read, so a batch sent on or stored again is not
+encoded twice.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kdsync.ordering.events import Header, OriginBatch, SourceEvent
+from kdsync.ordering.log import Entry
+from kdsync.wire_format.envelope import bad_flag, bad_length
+
+_ENTRY = struct.Struct(">qqB")
+_BATCH = struct.Struct(">iqqBIII")
+_EVENT = struct.Struct(">qqiiI")
+_HEADER = struct.Struct(">Ii")
+
+# -- encoding ---------------------------------------------------------------------------
+#
+# Encoders append pieces to a list joined once at the end: payload bytes (values up to
+# megabytes) are copied exactly once, into the result.
+
+
+def put_batch(parts: list[bytes], batch: OriginBatch) -> None:
+    encoded = batch._encoded
+    if encoded is None:
+        fresh: list[bytes] = []
+        _encode_batch(fresh, batch)
+        encoded = b"".join(fresh)
+        object.__setattr__(batch, "_encoded", encoded)
+    parts.append(encoded)
+
+
+def _encode_batch(parts: list[bytes], batch: OriginBatch) -> None:
+    append = parts.append
+    origin = batch.origin.encode()
+    topic = batch.topic.encode()
+    events = batch.events
+    append(
+        _BATCH.pack(
+            batch.partition,
+            batch.start,
+            batch.end,
+            batch.opens,
+            len(events),
+            len(origin),
+            len(topic),
+        )
+    )
+    append(origin)
+    append(topic)
+    pack_event = _EVENT.pack
+    pack_header = _HEADER.pack
+    for event in events:
+        key = event.key
+        value = event.value
+        headers = event.headers
+        append(
+            pack_event(
+                event.offset,
+                event.timestamp_ms,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+                len(headers),
+            )
+        )
+        if key:
+            append(key)
+        if value:
+            append(value)
+        for name, header_value in headers:
+            name_bytes = name.encode()
+            if header_value is None:
+                append(pack_header(len(name_bytes), -1))
+                append(name_bytes)
+            else:
+                append(pack_header(len(name_bytes), len(header_value)))
+                append(name_bytes)
+                append(header_value)
+
+
+def put_entries(parts: list[bytes], entries: tuple[Entry, ...]) -> None:
+    pack_entry = _ENTRY.pack
+    for entry in entries:
+        batch = entry.batch
+        if batch is None:
+            parts.append(pack_entry(entry.index, entry.term, 0))
+        else:
+            parts.append(pack_entry(entry.index, entry.term, 1))
+            put_batch(parts, batch)
+
+
+# -- decoding ---------------------------------------------------------------------------
+#
+# Readers take (data, pos) and return (value, new pos). They do not bounds-check each
+# slice: a length that runs past the end makes a later ``unpack_from`` fail or leaves the
+# final position beyond the end, and both are reported as truncation by ``envelope.decode``.
+# Lengths are never negative (u32, or i32 checked against -1), so ``unpack_from`` never
+# sees a negative offset, which it would count from the end.
+
+
+def take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
+    first = pos
+    partition, start, end, opens, count, origin_len, topic_len = _BATCH.unpack_from(data, pos)
+    if opens > 1:
+        raise bad_flag("batch 'opens'", opens)
+    pos += _BATCH.size
+    origin = data[pos : pos + origin_len].decode()
+    pos += origin_len
+    topic = data[pos : pos + topic_len].decode()
+    pos += topic_len
+    unpack_event = _EVENT.unpack_from
+    unpack_header = _HEADER.unpack_from
+    event_size = _EVENT.size
+    header_size = _HEADER.size
+    events: list[SourceEvent] = []
+    append = events.append
+    for _ in range(count):
+        offset, timestamp_ms, key_len, value_len, header_count = unpack_event(data, pos)
+        pos += event_size
+        key: bytes | None
+        value: bytes | None
+        if key_len >= 0:
+            key = data[pos : pos + key_len]
+            pos += key_len
+        elif key_len == -1:
+            key = None
+        else:
+            raise bad_length("key", key_len)
+        if value_len >= 0:
+            value = data[pos : pos + value_len]
+            pos += value_len
+        elif value_len == -1:
+            value = None
+        else:
+            raise bad_length("value", value_len)
+        headers: tuple[Header, ...] = ()
+        if header_count:
+            header_list: list[Header] = []
+            for _ in range(header_count):
+                name_len, header_len = unpack_header(data, pos)
+                pos += header_size
+                name = data[pos : pos + name_len].decode()
+                pos += name_len
+                if header_len >= 0:
+                    header_list.append((name, data[pos : pos + header_len]))
+                    pos += header_len
+                elif header_len == -1:
+                    header_list.append((name, None))
+                else:
+                    raise bad_length("header value", header_len)
+            headers = tuple(header_list)
+        append(SourceEvent(offset, key, value, headers, timestamp_ms))
+    batch = OriginBatch(origin, topic, partition, start, end, bool(opens), tuple(events))
+    # Sending or storing this batch again re-uses these bytes instead of re-encoding.
+    object.__setattr__(batch, "_encoded", bytes(data[first:pos]))
+    return batch, pos
+
+
+def take_entries(data: bytes, pos: int, count: int) -> tuple[tuple[Entry, ...], int]:
+    unpack_entry = _ENTRY.unpack_from
+    entry_size = _ENTRY.size
+    entries: list[Entry] = []
+    for _ in range(count):
+        index, term, has_batch = unpack_entry(data, pos)
+        pos += entry_size
+        if has_batch == 1:
+            batch, pos = take_batch(data, pos)
+            entries.append(Entry(index, term, batch))
+        elif has_batch == 0:
+            entries.append(Entry(index, term, None))
+        else:
+            raise bad_flag("entry 'has_batch'", has_batch)
+    return tuple(entries), pos
