@@ -216,6 +216,7 @@ def node(figures: dict[str, float]) -> Iterator[LocalNode]:
         yield local
     finally:
         local.stop()
+        figures["node stop"] = round(local.timings["stop"], 1)
 
 
 @pytest.fixture(scope="package")
