@@ -63,6 +63,24 @@ def _shuffle_conf(executor: SparkRoleSpec) -> dict[str, str]:
     return {"spark.sql.shuffle.partitions": str(partitions)}
 
 
+def _pod_security() -> Obj:
+    """The Spark pods meet the "restricted" Pod Security Standard, like the sidecar's."""
+    return {
+        "podSecurityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": children.SIDECAR_UID,
+            "runAsGroup": children.SIDECAR_UID,
+            "fsGroup": children.SIDECAR_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
 def application_spec(group: Group) -> Obj:
     """The SparkApplication spec (also the ScheduledSparkApplication's template)."""
     checks = group.spec.checks
@@ -88,6 +106,11 @@ def application_spec(group: Group) -> Obj:
         volumes.append(volume)
         member = volume["name"].removeprefix("kafka-ca-")
         mounts.append({"name": volume["name"], "mountPath": f"{children.KAFKA_CA_DIR}/{member}"})
+    # The root filesystem is read-only, as the sidecar's: Spark's scratch space is the
+    # local-dir volumes Spark mounts itself, and /tmp (java.io.tmpdir, the image's home) an
+    # emptyDir of its own.
+    volumes.append({"name": "tmp", "emptyDir": {}})
+    mounts.append({"name": "tmp", "mountPath": "/tmp"})
     audit_labels = children.labels(group, "audit")
     spec: Obj = {
         "type": "Python",
@@ -110,6 +133,7 @@ def application_spec(group: Group) -> Obj:
             "serviceAccount": audit_service_account(group),
             "labels": audit_labels,
             "volumeMounts": mounts,
+            **_pod_security(),
         },
         "executor": {
             "cores": checks.executor.cores,
@@ -117,6 +141,7 @@ def application_spec(group: Group) -> Obj:
             "instances": checks.executor.instances,
             "labels": audit_labels,
             "volumeMounts": mounts,
+            **_pod_security(),
         },
     }
     for role, settings in (("driver", checks.driver), ("executor", checks.executor)):

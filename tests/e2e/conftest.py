@@ -6,7 +6,8 @@ the suites after it get the machine back):
 * ``node``: a single-node cluster (tests/support/localnode) with the images of
   ``hack/build-images --pause`` imported (operator, sidecar, Kafka, spark-operator and pause,
   built from docker/*.Dockerfile, cached by their inputs); skipped, saying so, without root;
-* ``kafka``: examples/dev-kafka.yaml in namespace ``kdsync-e2e``: two single-node KRaft
+* ``kafka``: examples/dev-kafka.yaml in namespace ``kdsync-e2e`` (Pod Security "restricted"
+  enforced, so every pod in it is held to that standard): two single-node KRaft
   clusters as pods, with the source topic ``events`` created in both (applied first, by
   ``kafka_applied``, so that they start while the charts below are installed);
 * ``spark_operator``: the Kubeflow spark-operator's own Helm chart (from its Go module),
@@ -229,6 +230,11 @@ def kafka_applied(cluster: Cluster) -> None:
     """The test namespace with the two development clusters applied, not waited for (they
     start while the charts are installed)."""
     cluster.kubectl("create", "namespace", NAMESPACE)
+    # Every pod in it (brokers, sidecars, the audit's Spark driver and executors, the test's
+    # tool pods) must pass the "restricted" Pod Security Standard, judged by the API server.
+    cluster.kubectl(
+        "label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted"
+    )
     cluster.kubectl(
         "create",
         "configmap",

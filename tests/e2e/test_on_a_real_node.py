@@ -361,6 +361,10 @@ def test_scheduled_audit_on_the_spark_operator_passes_then_catches_an_injected_r
         assert app["spec"]["image"] == "kdsync-sidecar:dev"
         assert app["status"]["applicationState"]["state"] == "COMPLETED"
         assert app["status"].get("executorState"), app["status"]
+        driver = cluster.get("pod", app["status"]["driverInfo"]["podName"]) or {}
+        driver_security = driver["spec"]["containers"][0]["securityContext"]
+        assert driver_security["readOnlyRootFilesystem"] is True, driver_security
+        assert driver["spec"]["securityContext"]["runAsNonRoot"] is True
         duration = _time(app["status"]["terminationTime"]) - _time(
             app["status"]["lastSubmissionAttemptTime"]
         )
