@@ -67,6 +67,17 @@ def _check(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 2
+    kafka = config.own_member.kafka
+    if kafka is not None:
+        # librdkafka's verdict on kafka.properties (no connection is made).
+        from kdsync.kafka.client_config import check_client_properties  # noqa: PLC0415
+        from kdsync.kafka.errors import InvalidClientProperties  # noqa: PLC0415
+
+        try:
+            check_client_properties(kafka.client_properties())
+        except InvalidClientProperties as exc:
+            print(f"{args.config}: {exc}", file=sys.stderr)
+            return 2
     role = "witness" if config.is_witness else "data member"
     print(
         f"{args.config}: valid; group {config.group}, {role} {config.member}, "

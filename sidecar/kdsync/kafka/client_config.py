@@ -12,6 +12,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+from kdsync.kafka.errors import InvalidClientProperties
+
 LIBRDKAFKA_LOG = logging.getLogger("kdsync.librdkafka")
 
 
@@ -22,3 +26,31 @@ def client_config(properties: Mapping[str, str], **settings: Any) -> dict[str, A
 
 def admin_config(properties: Mapping[str, str]) -> dict[str, str | int | float | bool]:
     return {**properties, "log_level": 2}
+
+
+def check_client_properties(properties: Mapping[str, str]) -> None:
+    """librdkafka's own verdict on the user's properties, before anything connects.
+
+    Unknown names and bad values (``compression.type: zstdx``) would otherwise surface as a
+    traceback from the first client built during start-up. The check builds a producer and
+    a consumer without ``bootstrap.servers``, so neither connects anywhere.
+    """
+    user = {k: v for k, v in properties.items() if k != "bootstrap.servers"}
+    quiet = {"log_level": 0, "logger": LIBRDKAFKA_LOG}
+    for build in (
+        lambda: Producer({**user, **quiet}),
+        lambda: Consumer({**user, **quiet, "group.id": "kdsync-property-check"}),
+    ):
+        try:
+            client = build()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or error.code() != KafkaError._INVALID_ARG:
+                raise
+            raise InvalidClientProperties(
+                f"kafka.properties is refused by the Kafka client: {error.str()}. Fix: correct "
+                "or remove that property (librdkafka's CONFIGURATION.md lists the names and "
+                "values it accepts)"
+            ) from exc
+        if isinstance(client, Consumer):
+            client.close()

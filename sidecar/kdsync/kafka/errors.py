@@ -27,3 +27,7 @@ class RecordTooLarge(KafkaShellError):
             "(kafka-configs --alter --entity-type topics --entity-name "
             f"{topic} --add-config max.message.bytes=<bytes>); delivery resumes by itself"
         )
+
+
+class InvalidClientProperties(KafkaShellError):
+    """librdkafka refuses a property of ``kafka.properties`` (unknown name or bad value)."""

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kdsync.kafka.client_config import check_client_properties
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.global_writer import GlobalWriter
 from kdsync.kafka.log_store import LogStore
@@ -90,6 +91,7 @@ def open_member_cluster(
 ) -> MemberCluster:
     """Create topics, fence older instances, read ledger and log back (blocking)."""
     properties = settings.properties
+    check_client_properties(properties)
     topics = ClusterTopics(properties)
     topics.partitions()  # fail early if unreachable
     topics.ensure_internal(settings.group)
