@@ -44,7 +44,12 @@ def _group(namespace: str, name: str, **spec: Any) -> Group:
 
 
 def _can(kube: Kube, user: str, verb: str, resource: str, namespace: str | None) -> bool:
+    """``resource`` is kubectl's ``kind[/name]``, with ``:sub`` for a subresource (kubectl
+    would read ``pods/exec`` as the pod named exec)."""
     scope = ["-n", namespace] if namespace else ["--all-namespaces"]
+    resource, _, subresource = resource.partition(":")
+    if subresource:
+        scope.append(f"--subresource={subresource}")
     result = kube.run("auth", "can-i", verb, resource, f"--as={user}", *scope, check=False)
     answer: str = result.stdout.strip()
     assert answer in ("yes", "no"), result.stderr  # anything else is a broken question
@@ -66,7 +71,7 @@ def operator_rbac(kube: Kube) -> None:
 # What the operator creates and updates in any namespace a group lives in.
 OPERATOR_MAY = [
     ("patch", "kdsyncgroups.kdsync.io"),
-    ("patch", "kdsyncgroups.kdsync.io/status"),
+    ("patch", "kdsyncgroups.kdsync.io:status"),
     ("create", "statefulsets.apps"),
     ("create", "secrets"),
     ("create", "roles.rbac.authorization.k8s.io"),
@@ -85,7 +90,7 @@ OPERATOR_MUST_NOT = [
     ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
     ("escalate", "roles.rbac.authorization.k8s.io"),
     ("bind", "clusterroles.rbac.authorization.k8s.io"),
-    ("create", "pods/exec"),
+    ("create", "pods:exec"),
     ("impersonate", "serviceaccounts"),
     ("create", "deployments.apps"),
     ("patch", "validatingwebhookconfigurations.admissionregistration.k8s.io"),
@@ -128,7 +133,7 @@ def test_the_audit_driver_account_runs_executors_in_its_namespace_and_reads_no_s
         ("update", "configmaps/other", ns),  # only its report is overwritten
         ("patch", "statefulsets.apps", ns),
         ("patch", "kdsyncgroups.kdsync.io", ns),
-        ("create", "pods/exec", ns),
+        ("create", "pods:exec", ns),
         ("create", "roles.rbac.authorization.k8s.io", ns),
         ("create", "pods", elsewhere),
         ("get", "configmaps", elsewhere),
