@@ -64,7 +64,11 @@ class SourceReader:
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                     "isolation.level": "read_committed",
-                    "auto.offset.reset": "earliest",
+                    # A position outside the partition is decided here, not by the
+                    # client (see _out_of_range): resetting silently to the start of a
+                    # recreated topic would make its new records look like ones
+                    # already replicated, and the group would drop them as duplicates.
+                    "auto.offset.reset": "error",
                     "client.id": f"kdsync-{group}-{member}-source",
                     "max.partition.fetch.bytes": 16 * 1024 * 1024,
                     # New events should not wait for a fuller fetch: latency over throughput.
@@ -82,6 +86,8 @@ class SourceReader:
         self._ends: dict[tuple[str, int], int] = {}
         self.errors = 0
         self.last_error: str | None = None
+        # Partitions no longer read, with why: their log ends before what was replicated.
+        self.stopped: dict[tuple[str, int], str] = {}
 
     def commit(self, positions: Mapping[tuple[str, int], int]) -> None:
         """Record positions in the consumer group (after they are in T-global), for lag
@@ -199,7 +205,9 @@ class SourceReader:
         for message in messages:
             error = message.error()
             if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
+                if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    self._out_of_range(message.topic(), message.partition())
+                elif error.code() != KafkaError._PARTITION_EOF:
                     self._note_error(f"reading sources: {error}")
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
@@ -217,6 +225,50 @@ class SourceReader:
         for where, events in by_partition.items():
             self._cut(where, events)
         self._on_batches()
+
+    def _out_of_range(self, topic: str | None, partition: int | None) -> None:
+        """The next position to read is outside the partition's log: records were deleted
+        before kdsync read them (retention), or the log is shorter than what kdsync has
+        replicated (the topic was deleted and recreated, or truncated)."""
+        if topic is None or partition is None or (topic, partition) in self.stopped:
+            return
+        where = (topic, partition)
+        position = self._assigned.get(where, 0)
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=10, cached=False
+            )
+        except KafkaException as exc:
+            self._note_error(f"{topic}[{partition}]: position {position} is out of range ({exc})")
+            return
+        if high < position:
+            reason = (
+                f"source {topic}[{partition}] ends at offset {high}, but kdsync has already "
+                f"replicated it up to offset {position}: the topic was deleted and recreated, "
+                "or truncated. kdsync stops reading this partition rather than take its new "
+                "records for ones already replicated; they stay in the topic, unreplicated. "
+                "Fix: write new events to a topic of another name (a recreated topic is a "
+                "new source to kdsync), or see docs/operations.md on recreated source topics"
+            )
+            self.stopped[where] = reason
+            self._consumer.pause([TopicPartition(topic, partition)])
+            self.errors += 1
+            self.last_error = reason
+            log.error("%s", reason)
+            return
+        if low <= position:  # back in range meanwhile (the log grew): read on from there
+            self._consumer.incremental_unassign([TopicPartition(topic, partition)])
+            self._consumer.incremental_assign([TopicPartition(topic, partition, position)])
+            return
+        # Records below ``low`` were deleted before kdsync read them: lost at the source.
+        self._note_error(
+            f"source {topic}[{partition}]: records {position}..{low - 1} were deleted (by "
+            "retention) before kdsync read them, so no member will have them; reading goes "
+            f"on from offset {low}. Fix: keep the source's retention longer than a "
+            "member may be down"
+        )
+        self._consumer.incremental_unassign([TopicPartition(topic, partition)])
+        self._consumer.incremental_assign([TopicPartition(topic, partition, low)])
 
     def _cut(self, where: tuple[str, int], events: list[SourceEvent]) -> None:
         topic, partition = where

@@ -360,6 +360,10 @@ class Sidecar:
         if self._cluster is not None:
             doc["sourceReadErrors"] = self._cluster.reader.errors
             doc["lastSourceError"] = self._cluster.reader.last_error
+            doc["stoppedSources"] = {
+                f"{topic}[{partition}]": reason
+                for (topic, partition), reason in sorted(self._cluster.reader.stopped.items())
+            }
         if self.transport is not None:
             doc["peers"] = {
                 p.peer: {"link": p.outbound.value, "lastError": p.last_error}

@@ -47,6 +47,8 @@ def render(statuses: Sequence[Mapping[str, Any]]) -> str:
             notes.append("witness")
         if s.get("halted"):
             notes.append(f"HALTED: {s['halted']}")
+        for source in s.get("stoppedSources") or {}:
+            notes.append(f"SOURCE STOPPED: {source} (see lastSourceError)")
         if s.get("fatal"):
             notes.append(f"FAILED: {s['fatal']}")
         if not s.get("ready"):
