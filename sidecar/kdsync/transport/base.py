@@ -44,6 +44,10 @@ class FrameTooLarge(TransportError, ValueError):
     """A frame exceeds the configured maximum frame size."""
 
 
+class FrameTimeout(TransportError):
+    """A peer started a frame and did not finish it in time (a stalled or slowloris link)."""
+
+
 class PeerAuthenticationError(TransportError):
     """A peer could not prove it is the member it must be."""
 
