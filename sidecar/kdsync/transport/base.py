@@ -134,8 +134,9 @@ class PeerTransport(Protocol):
 
     @property
     def rejected_connections(self) -> int:
-        """Inbound connections refused before they became a peer link (no or a malformed
-        hello, not a member, configuration mismatch, handshake too slow), since start."""
+        """Inbound connections refused before they became a peer link (failed TLS
+        handshake, no or a malformed hello, not a member, configuration mismatch, handshake
+        too slow, too many pending), since start."""
         ...
 
     async def close(self) -> None:

@@ -212,6 +212,12 @@ class TcpTransport:
     def rejected_connections(self) -> int:
         return self._rejected_connections
 
+    @property
+    def pending_handshakes(self) -> int:
+        """Inbound connections accepted but not yet authenticated (at most
+        ``config.max_pending_handshakes``)."""
+        return self._pending_handshakes
+
     def peer_states(self) -> dict[str, PeerState]:
         return {name: peer.snapshot() for name, peer in self._peers.items()}
 
