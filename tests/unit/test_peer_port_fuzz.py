@@ -247,12 +247,3 @@ def test_a_1_gib_length_prefix_allocates_nothing() -> None:
         tracemalloc.stop()
     assert reader.largest_request == HEADER_BYTES
     assert peak < 1024 * 1024  # the event loop's own bookkeeping, not the announced GiB
-
-
-@FUZZ
-@given(st.binary(max_size=2048), st.integers(1, 3))
-def test_a_frame_split_anywhere_reads_back_whole(payload: bytes, first_len: int) -> None:
-    """The per-frame deadline reads a frame's first bytes separately: same result."""
-    frame = encode_frame(payload)
-    reader = ByteReader(frame[first_len:])
-    assert asyncio.run(read_frame(reader, 4096, frame[:first_len])) == payload

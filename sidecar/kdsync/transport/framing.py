@@ -72,19 +72,21 @@ def encode_frames(payloads: Iterable[bytes]) -> list[bytes]:
     return buffers
 
 
-async def read_frame(reader: FrameReader, max_frame_bytes: int, first: bytes = b"") -> bytes:
-    """Read one frame; ``first`` is the start of its prefix if the caller already read it
-    (to start a per-frame deadline only once a frame has begun).
+def frame_size(prefix: bytes, max_frame_bytes: int) -> int:
+    """The payload length a prefix announces; FrameTooLarge if over the maximum."""
+    (size,) = LENGTH_PREFIX.unpack(prefix)
+    check_frame_size(size, max_frame_bytes)
+    return int(size)
+
+
+async def read_frame(reader: FrameReader, max_frame_bytes: int) -> bytes:
+    """Read one frame.
 
     Raises FrameTooLarge if the announced length exceeds ``max_frame_bytes`` (before any
     of the payload is buffered) and ``asyncio.IncompleteReadError`` on end of stream
     (``partial`` is empty when the stream ended cleanly between frames).
     """
-    if len(first) >= HEADER_BYTES:
-        raise ValueError("first must be shorter than the length prefix")
-    prefix = first + await reader.readexactly(HEADER_BYTES - len(first))
-    (size,) = LENGTH_PREFIX.unpack(prefix)
-    check_frame_size(size, max_frame_bytes)
+    size = frame_size(await reader.readexactly(HEADER_BYTES), max_frame_bytes)
     if size == 0:
         return b""
     return await reader.readexactly(size)

@@ -30,9 +30,10 @@ class TcpTransportConfig:
 
     Inbound limits (the peer port's hardening): a connection must finish the TLS
     handshake and its hello within ``handshake_timeout_s``; at most
-    ``max_pending_handshakes`` connections may be doing so at once; a member's frame,
-    once its first byte arrived, must be complete within ``frame_timeout_s`` (an idle
-    link between frames may stay open: TCP keepalive finds dead ones).
+    ``max_pending_handshakes`` connections may be doing so at once; a member's frame
+    payload must be complete within ``frame_timeout_s`` of its length prefix (checked
+    every half timeout; an idle link between frames may stay open: TCP keepalive finds
+    dead ones).
     """
 
     group: str
