@@ -118,7 +118,7 @@ class Sidecar:
             incarnation=random.SystemRandom().getrandbits(62),
             recovered=recovered,
         )
-        transport = TcpTransport(config.transport_config())
+        transport = TcpTransport(config.transport_config(), registry=self.metrics.registry)
         self.transport = transport
         log_port = delivery_port = None
         source_port = None

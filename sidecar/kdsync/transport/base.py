@@ -44,6 +44,10 @@ class FrameTooLarge(TransportError, ValueError):
     """A frame exceeds the configured maximum frame size."""
 
 
+class FrameTimeout(TransportError):
+    """A peer started a frame and did not finish it in time (a stalled or slowloris link)."""
+
+
 class PeerAuthenticationError(TransportError):
     """A peer could not prove it is the member it must be."""
 
@@ -130,8 +134,9 @@ class PeerTransport(Protocol):
 
     @property
     def rejected_connections(self) -> int:
-        """Inbound connections refused before they became a peer link (no or a malformed
-        hello, not a member, configuration mismatch, handshake too slow), since start."""
+        """Inbound connections refused before they became a peer link (failed TLS
+        handshake, no or a malformed hello, not a member, configuration mismatch, handshake
+        too slow, too many pending), since start."""
         ...
 
     async def close(self) -> None:

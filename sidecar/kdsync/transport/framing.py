@@ -72,6 +72,13 @@ def encode_frames(payloads: Iterable[bytes]) -> list[bytes]:
     return buffers
 
 
+def frame_size(prefix: bytes, max_frame_bytes: int) -> int:
+    """The payload length a prefix announces; FrameTooLarge if over the maximum."""
+    (size,) = LENGTH_PREFIX.unpack(prefix)
+    check_frame_size(size, max_frame_bytes)
+    return int(size)
+
+
 async def read_frame(reader: FrameReader, max_frame_bytes: int) -> bytes:
     """Read one frame.
 
@@ -79,9 +86,7 @@ async def read_frame(reader: FrameReader, max_frame_bytes: int) -> bytes:
     of the payload is buffered) and ``asyncio.IncompleteReadError`` on end of stream
     (``partial`` is empty when the stream ended cleanly between frames).
     """
-    prefix = await reader.readexactly(HEADER_BYTES)
-    (size,) = LENGTH_PREFIX.unpack(prefix)
-    check_frame_size(size, max_frame_bytes)
+    size = frame_size(await reader.readexactly(HEADER_BYTES), max_frame_bytes)
     if size == 0:
         return b""
     return await reader.readexactly(size)

@@ -27,6 +27,13 @@ class TcpTransportConfig:
     ``agreement`` holds the settings every member must share (JSON values: the member
     list, the topic settings); it travels in the handshake, and a peer whose agreement
     differs is refused at connection time with a message naming what differs.
+
+    Inbound limits (the peer port's hardening): a connection must finish the TLS
+    handshake and its hello within ``handshake_timeout_s``; at most
+    ``max_pending_handshakes`` connections may be doing so at once; a member's frame
+    payload must be complete within ``frame_timeout_s`` of its length prefix (checked
+    every half timeout; an idle link between frames may stay open: TCP keepalive finds
+    dead ones).
     """
 
     group: str
@@ -43,6 +50,8 @@ class TcpTransportConfig:
     backoff_max_s: float = 5.0
     connect_timeout_s: float = 10.0
     handshake_timeout_s: float = 10.0
+    frame_timeout_s: float = 60.0
+    max_pending_handshakes: int = 32
     agreement: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -62,6 +71,10 @@ class TcpTransportConfig:
             raise ValueError("the send queue must hold at least one maximum-size frame")
         if self.max_inbound_bytes < 1:
             raise ValueError("max_inbound_bytes must be positive")
+        if self.handshake_timeout_s <= 0 or self.frame_timeout_s <= 0:
+            raise ValueError("handshake_timeout_s and frame_timeout_s must be positive")
+        if self.max_pending_handshakes < 1:
+            raise ValueError("max_pending_handshakes must be at least 1")
         if not 0 < self.backoff_initial_s <= self.backoff_max_s:
             raise ValueError("need 0 < backoff_initial_s <= backoff_max_s")
 

@@ -1,8 +1,9 @@
 """A live sidecar's peer port under hostile clients (issue #16): garbage before and after
 the TLS handshake, a client without a certificate, a member's certificate with a garbage
 hello, and a slowloris that opens the connection and says nothing. Each connection is
-closed, refusals are counted in ``kdsync_peer_connections_rejected``, and the group's
-order is unaffected: traffic written meanwhile arrives everywhere, once, in order."""
+closed, refusals are counted in ``kdsync_peer_connections_rejected`` and by reason in
+``kdsync_peer_connections_refused_total``, and the group's order is unaffected: traffic
+written meanwhile arrives everywhere, once, in order."""
 
 from __future__ import annotations
 
@@ -62,6 +63,17 @@ def _rejected(group: LocalSidecarGroup, name: str) -> float:
     return float(match.group(1))
 
 
+def _refused(group: LocalSidecarGroup, name: str) -> dict[str, float]:
+    """``kdsync_peer_connections_refused_total`` by reason, from /metrics."""
+    status, text = http_get(group.members[name].http, "/metrics")
+    assert status == 200
+    found = re.findall(
+        r'^kdsync_peer_connections_refused_total\{reason="(\w+)"\} (\S+)$', text, re.MULTILINE
+    )
+    assert found, "the metric is missing from /metrics"
+    return {reason: float(value) for reason, value in found}
+
+
 def test_hostile_clients_are_closed_counted_and_change_nothing(
     sidecar_group: Callable[..., LocalSidecarGroup],
     bootstrap: dict[str, str],
@@ -71,6 +83,7 @@ def test_hostile_clients_are_closed_counted_and_change_nothing(
     global_topic, watch = start_watched(group, bootstrap, source_topic)
     target = group.members["m1"].peer
     before = _rejected(group, "m1")
+    by_reason_before = _refused(group, "m1")
     traffic = Traffic(bootstrap, source_topic, rate_per_origin=20).start()
     member_tls = _tls_files(group.members["m2"].config_path)
     with_member_cert = client_context(member_tls)
@@ -97,6 +110,11 @@ def test_hostile_clients_are_closed_counted_and_change_nothing(
         while _rejected(group, "m1") < before + 3:
             assert time.monotonic() < deadline, f"rejections counted: {_rejected(group, 'm1')}"
             time.sleep(0.5)  # polling interval of a condition with a deadline
+        by_reason = _refused(group, "m1")
+        grew = {r for r, value in by_reason.items() if value > by_reason_before[r]}
+        # Garbage and no certificate fail TLS; junk and a 4 GiB hello length are bad
+        # hellos; the silent member times out.
+        assert {"tls_handshake", "bad_hello", "handshake_timeout"} <= grew, by_reason
         assert all(group.members[m].running for m in group.members)
         produced = traffic.stop()
     finally:

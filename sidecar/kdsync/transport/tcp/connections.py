@@ -23,8 +23,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import CollectorRegistry
+
 from kdsync.transport.address import parse_address
 from kdsync.transport.base import (
+    FrameTimeout,
     FrameTooLarge,
     LinkStatus,
     PeerState,
@@ -32,7 +35,7 @@ from kdsync.transport.base import (
     ReceivedFrame,
     TransportClosed,
 )
-from kdsync.transport.framing import HEADER_BYTES, check_frame_size, encode_frames, read_frame
+from kdsync.transport.framing import HEADER_BYTES, check_frame_size, encode_frames, frame_size
 from kdsync.transport.tcp.backoff import ExponentialBackoff
 from kdsync.transport.tcp.flow import InboundBuffer, SendQueue
 from kdsync.transport.tcp.handshake import (
@@ -40,6 +43,7 @@ from kdsync.transport.tcp.handshake import (
     handshake_as_dialer,
     handshake_as_listener,
 )
+from kdsync.transport.tcp.refusals import RefusalCounter, RefusalReason, handshake_refusal
 from kdsync.transport.tcp.streams import (
     CLOSE_TIMEOUT,
     EXPECTED_LINK_ERRORS,
@@ -108,11 +112,16 @@ class TcpTransport:
     """``PeerTransport`` over TCP with mutual TLS (or explicitly insecure plaintext).
 
     ``jitter`` is the randomness for reconnect backoff (floats in [0, 1)); inject a
-    fixed function in tests.
+    fixed function in tests. ``registry`` receives the refused-connections counter
+    (``kdsync.transport.tcp.refusals``); the sidecar passes the one ``/metrics`` serves.
     """
 
     def __init__(
-        self, config: TcpTransportConfig, *, jitter: Callable[[], float] = random.random
+        self,
+        config: TcpTransportConfig,
+        *,
+        jitter: Callable[[], float] = random.random,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
         self._peers: dict[str, _Peer] = {}
@@ -139,6 +148,8 @@ class TcpTransport:
         self._closing = False
         self._closed = asyncio.Event()
         self._rejected_connections = 0
+        self._pending_handshakes = 0
+        self.refusals = RefusalCounter(registry)
 
     # -- PeerTransport ---------------------------------------------------------------
 
@@ -174,20 +185,10 @@ class TcpTransport:
                 self.config.group,
                 self.config.listen,
             )
-        tls_options: dict[str, Any] = {}
-        if self._server_ssl is not None:
-            tls_options = {
-                "ssl": self._server_ssl,
-                "ssl_handshake_timeout": self.config.handshake_timeout_s,
-                "ssl_shutdown_timeout": CLOSE_TIMEOUT,
-            }
+        # TLS is started per connection (``_serve_inbound``), not by the server, so a
+        # failed TLS handshake is seen, counted and bounded by the handshake deadline.
         self._server = await asyncio.start_server(
-            self._on_connection,
-            host,
-            port,
-            limit=STREAM_LIMIT,
-            reuse_address=True,
-            **tls_options,
+            self._on_connection, host, port, limit=STREAM_LIMIT, reuse_address=True
         )
         for peer in self._peers.values():
             self._spawn(self._dial_loop(peer), f"kdsync-dial-{peer.name}")
@@ -210,6 +211,12 @@ class TcpTransport:
     @property
     def rejected_connections(self) -> int:
         return self._rejected_connections
+
+    @property
+    def pending_handshakes(self) -> int:
+        """Inbound connections accepted but not yet authenticated (at most
+        ``config.max_pending_handshakes``)."""
+        return self._pending_handshakes
 
     def peer_states(self) -> dict[str, PeerState]:
         return {name: peer.snapshot() for name, peer in self._peers.items()}
@@ -365,7 +372,22 @@ class TcpTransport:
         if self._closing:
             writer.transport.abort()
             return
+        if self._pending_handshakes >= self.config.max_pending_handshakes:
+            # Bounds what unauthenticated connections (each with its buffers) can hold.
+            self._refuse(
+                RefusalReason.TOO_MANY_PENDING,
+                writer.get_extra_info("peername"),
+                f"{self._pending_handshakes} connections are already authenticating",
+            )
+            writer.transport.abort()
+            return
+        self._pending_handshakes += 1
         self._spawn(self._serve_inbound(reader, writer), "kdsync-inbound")
+
+    def _refuse(self, reason: RefusalReason, remote: object, detail: str) -> None:
+        self._rejected_connections += 1
+        self.refusals.count(reason)
+        logger.warning("refused peer connection from %s (%s): %s", remote, reason.value, detail)
 
     async def _serve_inbound(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -375,19 +397,21 @@ class TcpTransport:
         this_task = asyncio.current_task()
         try:
             try:
+                # One deadline for TLS and hello together: a slowloris client cannot
+                # stretch it by trickling bytes.
                 async with asyncio.timeout(self.config.handshake_timeout_s):
+                    if self._server_ssl is not None:
+                        await writer.start_tls(self._server_ssl)
                     name = await handshake_as_listener(
                         reader, writer, self.config, self._peers, tls=self._server_ssl is not None
                     )
             except Exception as exc:
-                self._rejected_connections += 1
-                logger.warning(
-                    "rejected peer connection from %s: %s",
-                    remote,
-                    describe(exc),
-                    exc_info=None if isinstance(exc, EXPECTED_LINK_ERRORS) else exc,
-                )
+                if not isinstance(exc, EXPECTED_LINK_ERRORS):
+                    logger.error("peer handshake from %s failed", remote, exc_info=exc)
+                self._refuse(handshake_refusal(exc), remote, describe(exc))
                 return
+            finally:
+                self._pending_handshakes -= 1
             peer = self._peers[name]
             previous = peer.inbound_task
             peer.inbound_task = this_task
@@ -403,12 +427,18 @@ class TcpTransport:
                 )
             else:
                 logger.info("accepted connection from member %s at %s", name, remote)
-            await self._receive_frames(peer, reader)
+            await self._receive_frames(peer, reader, writer)
+        except (FrameTooLarge, FrameTimeout) as exc:
+            reason = (
+                RefusalReason.FRAME_TOO_LARGE
+                if isinstance(exc, FrameTooLarge)
+                else RefusalReason.FRAME_TIMEOUT
+            )
+            self.refusals.count(reason)
+            logger.warning("closing connection from %s (%s): %s", remote, reason.value, exc)
         except Exception as exc:
             expected = isinstance(exc, EXPECTED_LINK_ERRORS)
-            level = (
-                logging.INFO if expected and not isinstance(exc, FrameTooLarge) else logging.WARNING
-            )
+            level = logging.INFO if expected else logging.WARNING
             logger.log(
                 level,
                 "closing connection from %s: %s",
@@ -421,17 +451,69 @@ class TcpTransport:
                 peer.inbound_task = None
             await close_writer(writer)
 
-    async def _receive_frames(self, peer: _Peer, reader: asyncio.StreamReader) -> None:
+    async def _receive_frames(
+        self, peer: _Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        # An idle link may wait for a frame indefinitely; once a frame's length prefix
+        # arrived, its payload must arrive within frame_timeout_s, else a trickling
+        # sender holds the link. (A stalled prefix holds at most 3 bytes, no more than
+        # an idle link.) A watchdog checks twice per timeout: a per-frame
+        # asyncio.timeout cost ~40% of small-frame throughput in hack/bench-transport.
+        clock = _FrameClock()
+        watchdog = asyncio.create_task(
+            self._watch_frame_progress(clock, writer), name=f"kdsync-frame-watch-{peer.name}"
+        )
+        loop = asyncio.get_running_loop()
+        max_frame_bytes = self.config.max_frame_bytes
+        try:
+            while True:
+                try:
+                    size = frame_size(await reader.readexactly(HEADER_BYTES), max_frame_bytes)
+                except asyncio.IncompleteReadError as exc:
+                    if not exc.partial:
+                        return  # clean close between frames
+                    raise
+                payload = b""
+                if size:
+                    clock.started_at = loop.time()
+                    try:
+                        payload = await reader.readexactly(size)
+                    except (asyncio.IncompleteReadError, OSError):
+                        if clock.stalled:
+                            raise self._frame_timeout(peer) from None
+                        raise
+                    clock.started_at = None
+                peer.frames_received += 1
+                peer.bytes_received += len(payload)
+                await self._inbound.put(ReceivedFrame(peer.name, payload))
+        finally:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
+
+    def _frame_timeout(self, peer: _Peer) -> FrameTimeout:
+        return FrameTimeout(
+            f"member {peer.name} started a frame and did not finish it within "
+            f"{self.config.frame_timeout_s:g} s"
+        )
+
+    async def _watch_frame_progress(self, clock: _FrameClock, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        limit = self.config.frame_timeout_s
         while True:
-            try:
-                payload = await read_frame(reader, self.config.max_frame_bytes)
-            except asyncio.IncompleteReadError as exc:
-                if not exc.partial:
-                    return  # clean close between frames
-                raise
-            peer.frames_received += 1
-            peer.bytes_received += len(payload)
-            await self._inbound.put(ReceivedFrame(peer.name, payload))
+            await asyncio.sleep(limit / 2)
+            started = clock.started_at
+            if started is not None and loop.time() - started > limit:
+                clock.stalled = True
+                writer.transport.abort()  # the receiver's read ends; it reports the timeout
+                return
+
+
+@dataclass
+class _FrameClock:
+    """When the frame being read began (loop time; None between frames)."""
+
+    started_at: float | None = None
+    stalled: bool = False
 
 
 async def _watch_for_close(reader: asyncio.StreamReader) -> None:
