@@ -55,8 +55,10 @@ class LocalSidecarGroup:
         ordering: Mapping[str, Any] | None = None,
         member_order: Sequence[str] | None = None,
         peer_routes: Mapping[str, Mapping[str, str]] | None = None,
+        kafka_properties: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        """``clusters``: data member name -> bootstrap servers of its Kafka cluster.
+        """``clusters``: data member name -> bootstrap servers of its Kafka cluster;
+        ``kafka_properties``: data member -> its ``kafka.properties`` (e.g. SASL_SSL).
 
         ``peer_routes`` (member -> other member -> address) makes each member dial the others
         at those addresses (proxies, in the fault campaigns) while it listens on its own
@@ -73,7 +75,14 @@ class LocalSidecarGroup:
             else {
                 "name": name,
                 "peer": f"127.0.0.1:{ports[2 * i]}",
-                "kafka": {"bootstrapServers": clusters[name]},
+                "kafka": {
+                    "bootstrapServers": clusters[name],
+                    **(
+                        {"properties": dict(kafka_properties[name])}
+                        if kafka_properties and name in kafka_properties
+                        else {}
+                    ),
+                },
             }
             for i, name in enumerate(names)
         ]

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from confluent_kafka import KafkaError
 
-from kdsync.kafka.client_config import check_client_properties
-from kdsync.kafka.errors import InvalidClientProperties
+from kdsync.kafka import connection_check
+from kdsync.kafka.client_config import check_client_properties, redact
+from kdsync.kafka.connection_check import check_connection
+from kdsync.kafka.errors import InvalidClientProperties, KafkaAuthenticationFailed, KafkaUnavailable
 from kdsync.local_group import LocalSidecarGroup
 
 
@@ -71,3 +74,66 @@ def test_check_config_and_run_refuse_a_bad_property_in_one_line(tmp_path: Path) 
         assert "Traceback" not in result.stderr, result.stderr
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "zstdx" in lines[0] and "Fix:" in lines[0], result.stderr
+
+
+def test_redact_hides_every_secret_value_and_only_those() -> None:
+    properties = {
+        "sasl.username": "kdsync",
+        "sasl.password": "pw-1",
+        "ssl.key.password": "pw-1-longer",
+        "sasl.oauthbearer.client.secret": "oauth-s",
+        "compression.type": "zstd",
+    }
+    text = "user kdsync, pw-1-longer then pw-1 and oauth-s, codec zstd"
+    assert redact(text, properties) == "user kdsync, *** then *** and ***, codec zstd"
+
+
+def _auth_error(code: int, text: str) -> KafkaError:
+    return KafkaError(code, text)
+
+
+def test_a_refused_login_is_one_line_naming_user_broker_and_fix() -> None:
+    properties = {
+        "bootstrap.servers": "kafka-0:9093,kafka-1:9093",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "kdsync",
+        "sasl.password": "pw-never-shown",
+    }
+    error = _auth_error(
+        KafkaError._AUTHENTICATION,
+        "sasl_ssl://kafka-1:9093/bootstrap: SASL authentication error: Authentication failed "
+        "during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 "
+        "(after 316ms in state AUTH_REQ)",
+    )
+    message = str(connection_check.refusal_error(properties, error))
+    assert message == (
+        "authentication failed for user 'kdsync' at broker kafka-1:9093 (SASL SCRAM-SHA-512: "
+        "Authentication failed during authentication due to invalid credentials with SASL "
+        "mechanism SCRAM-SHA-512); nothing was read or written. Fix: check sasl.username and "
+        "sasl.password in kafka.properties (or the Secret named by propertiesSecretRef) and "
+        "that the user exists in that cluster"
+    )
+
+
+def test_a_refused_tls_handshake_names_the_broker_and_the_ca() -> None:
+    error = _auth_error(
+        KafkaError._SSL,
+        "ssl://10.0.0.7:9093/1: SSL handshake failed: certificate verify failed "
+        "(after 12ms in state SSL_HANDSHAKE)",
+    )
+    message = str(connection_check.refusal_error({"bootstrap.servers": "k:9093"}, error))
+    assert message.startswith(
+        "the TLS handshake with broker 10.0.0.7:9093 failed (SSL handshake failed: "
+        "certificate verify failed); nothing was read or written. Fix: check ssl.ca.location"
+    ), message
+
+
+def test_an_unreachable_cluster_is_reported_after_the_timeout() -> None:
+    # Port 1 on loopback: nothing listens there.
+    with pytest.raises(KafkaUnavailable) as unreachable:
+        check_connection({"bootstrap.servers": "127.0.0.1:1", "sasl.password": "pw-x"}, 2.0)
+    assert not isinstance(unreachable.value, KafkaAuthenticationFailed)
+    message = str(unreachable.value)
+    assert message.startswith("cannot reach Kafka at 127.0.0.1:1 within 2s"), message
+    assert "pw-x" not in message

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from kdsync.localkafka import KAFKA_VERSION, KafkaNotProvisioned, find_distribution
+from kdsync.localkafka import (
+    KAFKA_VERSION,
+    KafkaNotProvisioned,
+    ScramUser,
+    find_distribution,
+    sasl_ssl_cluster,
+    write_broker_tls,
+)
 from kdsync.localkafka.config import (
     FAST_SINGLE_NODE_DEFAULTS,
     BrokerPorts,
@@ -179,3 +186,37 @@ def test_an_extra_listener_can_advertise_a_proxy_in_front_of_it(tmp_path: Path) 
             data_dir=tmp_path,
             advertised={"SIDECAR": "127.0.0.1:18000"},
         )
+
+
+def test_a_scram_user_is_a_storage_tool_argument_and_hides_its_password() -> None:
+    user = ScramUser("kdsync-sidecar", "pw-123")
+    assert user.storage_argument() == "SCRAM-SHA-512=[name=kdsync-sidecar,password=pw-123]"
+    assert "pw-123" not in repr(user)
+    for name, password in (("a,b", "pw"), ("a", "pw]"), ("", "pw"), ("a", "p w")):
+        with pytest.raises(ValueError, match="--add-scram"):
+            ScramUser(name, password)
+
+
+def test_a_sasl_ssl_cluster_adds_a_scram_listener_with_tls(tmp_path: Path) -> None:
+    tls = write_broker_tls(tmp_path)
+    user = ScramUser("u", "pw")
+    spec = sasl_ssl_cluster("k1", tls, [user])
+    assert spec.scram_users == (user,)
+    properties = broker_properties(
+        host="127.0.0.1",
+        ports=BrokerPorts(1, 2, (("SASL_SSL", 3),)),
+        data_dir=tmp_path / "data",
+        overrides=spec.overrides,
+        extra_listeners=spec.extra_listeners,
+    )
+    assert "SASL_SSL://127.0.0.1:3" in properties["listeners"].split(",")
+    assert "SASL_SSL:SASL_SSL" in properties["listener.security.protocol.map"]
+    assert properties["listener.name.sasl_ssl.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert properties["listener.name.sasl_ssl.ssl.keystore.location"] == str(tls.keystore)
+    # The key store is the broker's key then its chain, readable by the owner only.
+    keystore = tls.keystore.read_text()
+    assert keystore.startswith("-----BEGIN PRIVATE KEY-----")
+    assert keystore.count("BEGIN CERTIFICATE") == 2
+    assert tls.keystore.stat().st_mode & 0o077 == 0
+    with pytest.raises(ValueError, match="at least one SCRAM user"):
+        sasl_ssl_cluster("k1", tls, [])

@@ -137,6 +137,46 @@ def test_kafka_properties_from_secret_and_ca_are_resolved() -> None:
     assert [p.path for p in missing.problems] == ["spec.members[0].kafka.propertiesSecretRef.name"]
 
 
+def _texts(obj: dict[str, Any]) -> str:
+    """An object as JSON, plus its data decoded if it is a Secret."""
+    text = json.dumps(obj)
+    if obj.get("kind") == "Secret":
+        text += "".join(base64.b64decode(v).decode() for v in (obj.get("data") or {}).values())
+    return text
+
+
+def test_a_secret_kafka_property_lands_in_secrets_only_never_in_status() -> None:
+    """The password of propertiesSecretRef reaches the sidecars' config Secrets, and no
+    ConfigMap, StatefulSet, audit object or status field (issue #16: secrets never appear)."""
+    password = "pw-" + "7f3a9c" * 4
+    group = make_group(
+        members=[
+            {
+                "name": "a",
+                "kafka": {
+                    "bootstrapServers": "ka:9093",
+                    "properties": {"security.protocol": "SASL_SSL", "sasl.username": "kd"},
+                    "propertiesSecretRef": {"name": "creds"},
+                },
+            },
+            {"name": "b", "kafka": {"bootstrapServers": "kb:9092"}},
+            {"name": "w", "witness": True},
+        ],
+        checks={"enabled": True, "schedule": "@hourly"},
+    )
+    bundle = build(group, {"creds": {"sasl.password": password}})
+    assert bundle.problems == []
+    objects = [*bundle.shared, *(o for objs in bundle.members.values() for o in objs)]
+    objects += bundle.audit
+    holding = {(o["kind"], o["metadata"]["name"]) for o in objects if password in _texts(o)}
+    assert holding, "the password reaches no sidecar config at all"
+    assert {kind for kind, _ in holding} == {"Secret"}, holding
+    observed = {m: obs(m) for m in ("a", "b", "w")}
+    plan = rollout.plan_rollout(dict.fromkeys(observed, "new"), observed)
+    st = status.build_status(group, observed, plan, NO_AUDIT, None, NOW, bundle.problems)
+    assert password not in json.dumps(st)
+
+
 def test_config_hash_changes_with_the_spec_and_only_then() -> None:
     one = build(make_group()).hashes
     again = desired.build_children(

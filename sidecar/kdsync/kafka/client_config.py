@@ -9,6 +9,7 @@ their logs: they log critical problems only (their errors reach us as exceptions
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,28 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from kdsync.kafka.errors import InvalidClientProperties
 
 LIBRDKAFKA_LOG = logging.getLogger("kdsync.librdkafka")
+
+# librdkafka properties whose values are secrets: sasl.password, ssl.key.password,
+# ssl.keystore.password, sasl.oauthbearer.client.secret, ssl.key.pem (an inline key), ...
+_SECRET_PROPERTY = re.compile(r"password|secret|token|\.pem$|oauthbearer\.config")
+REDACTED = "***"
+
+
+def is_secret_property(name: str) -> bool:
+    return _SECRET_PROPERTY.search(name) is not None
+
+
+def redact(text: str, properties: Mapping[str, str]) -> str:
+    """``text`` with the value of every secret property replaced by ``***``: for messages
+    that may quote the client's configuration (librdkafka's verdicts, error strings)."""
+    secrets = sorted(
+        (v for k, v in properties.items() if is_secret_property(k) and v),
+        key=len,
+        reverse=True,  # a secret that contains another is replaced whole
+    )
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 def client_config(properties: Mapping[str, str], **settings: Any) -> dict[str, Any]:
@@ -47,10 +70,11 @@ def check_client_properties(properties: Mapping[str, str]) -> None:
             error = exc.args[0] if exc.args else None
             if not isinstance(error, KafkaError) or error.code() != KafkaError._INVALID_ARG:
                 raise
+            # "from None": librdkafka's own exception may quote a secret value.
             raise InvalidClientProperties(
-                f"kafka.properties is refused by the Kafka client: {error.str()}. Fix: correct "
-                "or remove that property (librdkafka's CONFIGURATION.md lists the names and "
-                "values it accepts)"
-            ) from exc
+                f"kafka.properties is refused by the Kafka client: {redact(error.str(), user)}. "
+                "Fix: correct or remove that property (librdkafka's CONFIGURATION.md lists the "
+                "names and values it accepts)"
+            ) from None
         if isinstance(client, Consumer):
             client.close()

@@ -11,6 +11,11 @@ class KafkaUnavailable(KafkaShellError):
     """The cluster did not answer in time (wrong address, brokers down, auth refused)."""
 
 
+class KafkaAuthenticationFailed(KafkaUnavailable):
+    """The brokers refused the sidecar's login (SASL) or TLS handshake: retrying with the
+    same settings cannot help, and nothing was read or written."""
+
+
 class ProducerFenced(KafkaShellError):
     """Another sidecar instance with the same transactional id took over this member."""
 

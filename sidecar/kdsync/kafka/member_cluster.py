@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kdsync.kafka.client_config import check_client_properties
+from kdsync.kafka.connection_check import check_connection
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.global_writer import GlobalWriter
 from kdsync.kafka.log_store import LogStore
@@ -92,8 +93,9 @@ def open_member_cluster(
     """Create topics, fence older instances, read ledger and log back (blocking)."""
     properties = settings.properties
     check_client_properties(properties)
+    # Fails early, with the fix, if the cluster is unreachable or refuses the login/TLS.
+    check_connection(properties)
     topics = ClusterTopics(properties)
-    topics.partitions()  # fail early if unreachable
     topics.ensure_internal(settings.group)
     partitions = GlobalPartitions(topics, settings.global_topic, settings.global_partitions)
     writer = GlobalWriter(

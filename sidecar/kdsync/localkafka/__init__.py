@@ -11,7 +11,13 @@ from kdsync.localkafka.broker import (
     BrokerStartupError,
     LocalKafkaBroker,
 )
-from kdsync.localkafka.config import BrokerPorts, allocate_ports, broker_properties
+from kdsync.localkafka.config import (
+    SCRAM_MECHANISM,
+    BrokerPorts,
+    ScramUser,
+    allocate_ports,
+    broker_properties,
+)
 from kdsync.localkafka.distribution import (
     KAFKA_VERSION,
     KafkaDistribution,
@@ -25,21 +31,31 @@ from kdsync.localkafka.fleet import (
     reap_stale_runs,
 )
 from kdsync.localkafka.process import ProcessIdentity
+from kdsync.localkafka.sasl import SASL_SSL_LISTENER, sasl_ssl_client_properties, sasl_ssl_cluster
+from kdsync.localkafka.tls import BrokerTlsFiles, LocalCa, write_broker_tls
 
 __all__ = [
     "KAFKA_VERSION",
+    "SASL_SSL_LISTENER",
+    "SCRAM_MECHANISM",
     "BrokerError",
     "BrokerPorts",
     "BrokerStartupError",
+    "BrokerTlsFiles",
     "ClusterSpec",
     "FleetStartupError",
     "KafkaDistribution",
     "KafkaNotProvisioned",
+    "LocalCa",
     "LocalKafkaBroker",
     "LocalKafkaFleet",
     "ProcessIdentity",
+    "ScramUser",
     "allocate_ports",
     "broker_properties",
     "find_distribution",
     "reap_stale_runs",
+    "sasl_ssl_client_properties",
+    "sasl_ssl_cluster",
+    "write_broker_tls",
 ]

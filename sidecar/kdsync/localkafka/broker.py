@@ -14,6 +14,7 @@ from pathlib import Path
 from kdsync.localkafka.config import (
     BrokerPorts,
     PropertyValue,
+    ScramUser,
     broker_properties,
     render_properties,
 )
@@ -96,6 +97,7 @@ class LocalKafkaBroker:
         overrides: Mapping[str, PropertyValue] | None = None,
         extra_listeners: Mapping[str, str] | None = None,
         advertised: Mapping[str, str] | None = None,
+        scram_users: Sequence[ScramUser] = (),
         heap: str = DEFAULT_HEAP,
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         pid_registry: PidRegistry | None = None,
@@ -111,6 +113,8 @@ class LocalKafkaBroker:
         self.extra_listeners: dict[str, str] = dict(extra_listeners or {})
         # Extra listener -> the host:port clients are told to use (e.g. a proxy's).
         self.advertised: dict[str, str] = dict(advertised or {})
+        # SCRAM users written into the metadata when the data folder is formatted.
+        self.scram_users = tuple(scram_users)
         self.heap = heap
         self.jvm_options = tuple(jvm_options)
         self._pid_registry = pid_registry
@@ -200,7 +204,12 @@ class LocalKafkaBroker:
                 "not a cluster id"
             )
         (self.work_dir / "cluster.id").write_text(cluster_id + "\n")
-        self._run_tool("format", "--standalone", "-t", cluster_id, "-c", str(self.config_path))
+        scram = [
+            arg for user in self.scram_users for arg in ("--add-scram", user.storage_argument())
+        ]
+        self._run_tool(
+            "format", "--standalone", "-t", cluster_id, "-c", str(self.config_path), *scram
+        )
 
     def start(self) -> None:
         """Spawn the broker JVM (formatting first if needed); returns without waiting."""
@@ -331,15 +340,23 @@ class LocalKafkaBroker:
                 f"{_TOOL_TIMEOUT_SECONDS:.0f}s"
             ) from error
         output = done.stdout.decode("utf-8", "replace")
+        shown = " ".join(self._hide_passwords(args))
         with self.log_path.open("ab") as log:
-            log.write(f"=== kdsync: StorageTool {' '.join(args)} ===\n".encode())
+            log.write(f"=== kdsync: StorageTool {shown} ===\n".encode())
             log.write(done.stdout + done.stderr)
         if done.returncode != 0:
             raise BrokerError(
-                f"broker {self.name}: StorageTool {' '.join(args)} failed with code "
+                f"broker {self.name}: StorageTool {shown} failed with code "
                 f"{done.returncode}:\n{done.stderr.decode('utf-8', 'replace')[-4000:]}"
             )
         return output
+
+    def _hide_passwords(self, args: Sequence[str]) -> list[str]:
+        """``args`` with SCRAM passwords masked, for the log and error messages."""
+        shown = list(args)
+        for user in self.scram_users:
+            shown = [arg.replace(user.password, "***") for arg in shown]
+        return shown
 
     def _forget_process(self) -> None:
         if self._process is not None and self._process.poll() is None:

@@ -7,7 +7,7 @@ import random
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PropertyValue = str | int | float | bool
@@ -89,6 +89,35 @@ class BrokerPorts:
             if name == listener:
                 return port
         raise KeyError(f"no port for listener {listener!r}")
+
+
+# The SASL mechanism of the launcher's SCRAM users (the strongest Kafka offers).
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+# Characters that have no meaning in StorageTool's --add-scram syntax
+# (``MECHANISM=[name=...,password=...]``), so no quoting is needed.
+_SCRAM_TEXT = re.compile(r"[A-Za-z0-9._@+-]+")
+
+
+@dataclass(frozen=True)
+class ScramUser:
+    """A SCRAM user the broker knows from the moment it is formatted (KRaft keeps SCRAM
+    credentials in its metadata log, so formatting is the one place no broker has to be
+    running to add them). The password never appears in the object's repr."""
+
+    name: str
+    password: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        for what, text in (("name", self.name), ("password", self.password)):
+            if not _SCRAM_TEXT.fullmatch(text):
+                raise ValueError(
+                    f"SCRAM user {what} must be non-empty and use only letters, digits and "
+                    "'.', '_', '@', '+', '-' (StorageTool's --add-scram syntax)"
+                )
+
+    def storage_argument(self, mechanism: str = SCRAM_MECHANISM) -> str:
+        """The value of ``kafka-storage format --add-scram``."""
+        return f"{mechanism}=[name={self.name},password={self.password}]"
 
 
 def check_extra_listeners(extra_listeners: Mapping[str, str]) -> None:

@@ -31,7 +31,7 @@ from kdsync.localkafka.broker import (
     BrokerStartupError,
     LocalKafkaBroker,
 )
-from kdsync.localkafka.config import BrokerPorts, PropertyValue, allocate_ports
+from kdsync.localkafka.config import BrokerPorts, PropertyValue, ScramUser, allocate_ports
 from kdsync.localkafka.distribution import KafkaDistribution, cache_dir, find_distribution
 from kdsync.localkafka.process import PidRegistry, ProcessIdentity, kill_orphans
 
@@ -54,6 +54,8 @@ class ClusterSpec:
     extra_listeners: Mapping[str, str] = field(default_factory=dict)
     # Extra listener -> host:port advertised to its clients instead of its own (a proxy).
     advertised: Mapping[str, str] = field(default_factory=dict)
+    # SCRAM users added when the cluster is formatted (see kdsync.localkafka.sasl).
+    scram_users: tuple[ScramUser, ...] = ()
 
 
 class FleetStartupError(BrokerError):
@@ -240,6 +242,7 @@ class LocalKafkaFleet:
                 overrides=spec.overrides,
                 extra_listeners=spec.extra_listeners,
                 advertised=spec.advertised,
+                scram_users=spec.scram_users,
                 heap=self.heap,
                 jvm_options=self.jvm_options,
                 pid_registry=registry,

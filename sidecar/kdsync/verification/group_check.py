@@ -32,8 +32,17 @@ class WaitTimeout(AssertionError):
 class GlobalWatch:
     """Follows each member's ``T-global`` (read_committed), counting its events."""
 
-    def __init__(self, bootstrap: Mapping[str, str], global_topic: str) -> None:
-        self.followers = {m: TopicFollower(b, global_topic) for m, b in bootstrap.items()}
+    def __init__(
+        self,
+        bootstrap: Mapping[str, str],
+        global_topic: str,
+        client_properties: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        """``client_properties``: member -> extra librdkafka properties (security)."""
+        extra = client_properties or {}
+        self.followers = {
+            m: TopicFollower(b, global_topic, properties=extra.get(m)) for m, b in bootstrap.items()
+        }
 
     def count(self, member: str) -> int:
         follower = self.followers[member]
@@ -71,18 +80,21 @@ def verify_group(
     watch: GlobalWatch | None = None,
     global_partitions: int = 1,
     describe_status: Callable[[], str] = lambda: "",
+    client_properties: Mapping[str, Mapping[str, str]] | None = None,
 ) -> CheckResult:
     """Wait until every ``T-global`` holds every produced event, then run the checker.
 
     ``bootstrap`` maps each data member to its cluster; ``produced`` the events written to
     each origin's ``T``. Raises :class:`VerificationFailed` unless the check passes;
     returns its result.
-    ``describe_status`` adds the members' state to a timeout's message.
+    ``describe_status`` adds the members' state to a timeout's message;
+    ``client_properties`` (member -> librdkafka properties) reaches secured clusters.
     """
+    extra = client_properties or {}
     own_watch = watch is None
-    watch = watch or GlobalWatch(bootstrap, global_topic)
+    watch = watch or GlobalWatch(bootstrap, global_topic, extra)
     expected = sum(produced.values())
-    origins = {m: TopicFollower(b, topic) for m, b in bootstrap.items()}
+    origins = {m: TopicFollower(b, topic, properties=extra.get(m)) for m, b in bootstrap.items()}
     try:
 
         def everyone_has_all() -> bool:

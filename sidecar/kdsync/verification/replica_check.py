@@ -67,11 +67,20 @@ class TopicFollower:
     whatever is available now, for progress counters only.
     """
 
-    def __init__(self, bootstrap: str, topic: str, consumer: Consumer | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        consumer: Consumer | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        """``properties``: extra librdkafka properties, e.g. a secured cluster's
+        ``security.protocol``, ``sasl.*`` and ``ssl.*``."""
         self.topic = topic
         self.bootstrap = bootstrap
         self._consumer = consumer or Consumer(
             {
+                **(properties or {}),
                 "bootstrap.servers": bootstrap,
                 "group.id": f"kdsync-verification-{topic}",
                 "enable.auto.commit": False,

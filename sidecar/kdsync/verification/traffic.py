@@ -66,6 +66,8 @@ class Traffic:
     rate_per_origin: float | None = None  # events/s; None: as fast as possible
     count_per_origin: int | None = None  # stop after this many; None: until stop()
     big_every: int = 0  # every n-th event is ~900 KiB (0: none)
+    # origin member -> extra librdkafka properties (security.protocol, sasl.*, ssl.*)
+    client_properties: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     acked: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -82,6 +84,7 @@ class Traffic:
     def _run(self, origin: str) -> None:
         producer = Producer(
             {
+                **self.client_properties.get(origin, {}),
                 "bootstrap.servers": self.bootstrap[origin],
                 "enable.idempotence": True,
                 "acks": "all",

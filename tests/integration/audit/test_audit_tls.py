@@ -4,13 +4,11 @@ One broker of its own (started once for this module) has, besides the launcher's
 listener (used to write the test data and by the readiness probe), an SSL listener with
 ``ssl.client.auth=required``. Member ``m1`` of a mixed group reaches it only through that
 listener, configured for librdkafka as a sidecar would be; ``m2`` is a plaintext cluster of
-the session fleet. Certificates come from a throwaway CA made here with ``cryptography``.
+the session fleet. Certificates come from a throwaway CA (``kdsync.localkafka.tls``).
 """
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import time
 import uuid
@@ -22,10 +20,9 @@ from typing import Any
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pyspark.sql import SparkSession
 
 from kdsync import naming
@@ -34,6 +31,7 @@ from kdsync.audit.command import main
 from kdsync.audit.kafka_options import java_kafka_options
 from kdsync.audit.positions import AuditPlan, TopicRange
 from kdsync.localkafka import ClusterSpec, KafkaDistribution, LocalKafkaBroker, LocalKafkaFleet
+from kdsync.localkafka.tls import LocalCa, cert_pem, key_pem, write_broker_tls
 from tests.integration.audit.replicated_group import ReplicatedGroup
 from tests.support.plain_kafka import create_topic
 
@@ -41,69 +39,6 @@ pytestmark = pytest.mark.kafka
 REDACTED = "*********(redacted)"
 
 KEY_PASSWORD = "k3y-pass"
-
-
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-@dataclass(frozen=True)
-class Ca:
-    cert: x509.Certificate
-    key: ec.EllipticCurvePrivateKey
-
-    @classmethod
-    def create(cls, common_name: str) -> Ca:
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name(common_name))
-            .issuer_name(_name(common_name))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .sign(key, hashes.SHA256())
-        )
-        return cls(cert, key)
-
-    def issue(
-        self, common_name: str, *, server: bool
-    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(common_name))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        )
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-                ),
-                critical=False,
-            )
-        return builder.sign(self.key, hashes.SHA256()), key
-
-
-def _pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def _pkcs8(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
 
 
 @dataclass(frozen=True)
@@ -120,24 +55,20 @@ class TlsFiles:
 
 
 def make_tls_files(folder: Path) -> TlsFiles:
-    folder.mkdir(parents=True, exist_ok=True)
-    ca = Ca.create("kdsync test Kafka CA")
-    broker_cert, broker_key = ca.issue("localhost", server=True)
+    ca = LocalCa.create("kdsync test Kafka CA")
+    broker = write_broker_tls(folder, ca)
     client_cert, client_key = ca.issue("kdsync-audit", server=False)
     # Signed by a CA the broker does not trust.
-    stranger_cert, stranger_key = Ca.create("some other CA").issue("stranger", server=False)
+    stranger_cert, stranger_key = LocalCa.create("some other CA").issue("stranger", server=False)
     files = TlsFiles(
-        ca=folder / "ca.pem",
-        broker_keystore=folder / "broker.pem",
+        ca=broker.ca,
+        broker_keystore=broker.keystore,
         client_cert=folder / "client.pem",
         client_key=folder / "client-key.pem",
         stranger_cert=folder / "stranger.pem",
         stranger_key=folder / "stranger-key.pem",
     )
-    files.ca.write_bytes(_pem(ca.cert))
-    # Java's file-based PEM key store: the PKCS#8 key and the chain in one file.
-    files.broker_keystore.write_bytes(_pkcs8(broker_key) + _pem(broker_cert) + _pem(ca.cert))
-    files.client_cert.write_bytes(_pem(client_cert))
+    files.client_cert.write_bytes(cert_pem(client_cert))
     # What librdkafka accepts and Java's PEM key store does not: an encrypted SEC1 key
     # ("BEGIN EC PRIVATE KEY" with Proc-Type/DEK-Info headers).
     files.client_key.write_bytes(
@@ -147,8 +78,8 @@ def make_tls_files(folder: Path) -> TlsFiles:
             serialization.BestAvailableEncryption(KEY_PASSWORD.encode()),
         )
     )
-    files.stranger_cert.write_bytes(_pem(stranger_cert))
-    files.stranger_key.write_bytes(_pkcs8(stranger_key))
+    files.stranger_cert.write_bytes(cert_pem(stranger_cert))
+    files.stranger_key.write_bytes(key_pem(stranger_key))
     return files
 
 

@@ -72,6 +72,7 @@ def verify_group(
     timeout: float = 120.0,
     watch: GlobalWatch | None = None,
     global_partitions: int = 1,
+    client_properties: Mapping[str, Mapping[str, str]] | None = None,
 ) -> CheckResult:
     """:func:`kdsync.verification.group_check.verify_group`, with ``group``'s state in a
     timeout's message."""
@@ -84,6 +85,7 @@ def verify_group(
         watch=watch,
         global_partitions=global_partitions,
         describe_status=lambda: brief_status(group),
+        client_properties=client_properties,
     )
 
 
