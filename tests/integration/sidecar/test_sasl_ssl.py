@@ -218,6 +218,7 @@ def test_the_audit_proves_the_group_consistent_over_sasl_ssl(
     # Spark's start-up alone takes a minute on a busy 2-core machine.
     done = _kdsync("audit", "--config", config, "--report", str(report_path), "-v", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    print(f"\naudit over SASL_SSL, its phases:\n{done.stderr[-2000:]}")
     report = json.loads(report_path.read_text())
     assert report["passed"] is True, report
     assert report["violationsTotal"] == 0, report
