@@ -171,9 +171,14 @@ def test_a_secret_kafka_property_lands_in_secrets_only_never_in_status() -> None
     holding = {(o["kind"], o["metadata"]["name"]) for o in objects if password in _texts(o)}
     assert holding, "the password reaches no sidecar config at all"
     assert {kind for kind, _ in holding} == {"Secret"}, holding
+    # A Secret with a property kdsync refuses: the problem reaches the status (and the
+    # operator's events), naming the property, never the values.
+    refused = build(group, {"creds": {"sasl.password": password, "group.id": password}})
+    assert [p.path for p in refused.problems] == ['spec.members[0].kafka.properties["group.id"]']
     observed = {m: obs(m) for m in ("a", "b", "w")}
     plan = rollout.plan_rollout(dict.fromkeys(observed, "new"), observed)
-    st = status.build_status(group, observed, plan, NO_AUDIT, None, NOW, bundle.problems)
+    st = status.build_status(group, observed, plan, NO_AUDIT, None, NOW, refused.problems)
+    assert "group.id" in json.dumps(st)
     assert password not in json.dumps(st)
 
 
