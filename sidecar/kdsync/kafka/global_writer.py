@@ -22,15 +22,17 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kdsync import naming
 from kdsync.kafka.client_config import client_config
 from kdsync.kafka.errors import KafkaUnavailable, ProducerFenced, RecordTooLarge
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
 from kdsync.ordering import Delivery, LedgerState
-from kdsync.record_format import to_global_record
+from kdsync.ordering.events import Header
+from kdsync.record_format import global_headers, global_partition, origin_headers
 from kdsync.wire_format.records import decode_ledger_state, encode_ledger_state
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ class CommitResult:
 
 
 GlobalTopicFor = Callable[[str], str]
+# What confluent-kafka's produce() is typed to take (our headers' values are all bytes).
+ProducedHeaders = list[tuple[str, str | bytes | None]]
 
 
 class GlobalWriter:
@@ -135,27 +139,45 @@ class GlobalWriter:
         # (creating a T-global on first use is an admin round trip), once per topic.
         targets: dict[str, tuple[str, int]] = {}
         for delivery in deliveries:
-            for delivered in delivery.events:
-                if delivered.topic not in targets:
-                    targets[delivered.topic] = (
-                        self._global_topic(delivered.topic),
-                        self._global_partitions(delivered.topic),
-                    )
+            where = delivery.origin_partition
+            if delivery.events and where is not None and where[1] not in targets:
+                targets[where[1]] = (
+                    self._global_topic(where[1]),
+                    self._global_partitions(where[1]),
+                )
         try:
             producer.begin_transaction()
+            # The hot loop: per event only the headers list and librdkafka's produce().
+            # Everything shared by a delivery (one origin partition) is made once.
+            produce = producer.produce
+            on_delivery = self._on_delivery
             for delivery in deliveries:
+                where = delivery.origin_partition
+                if not delivery.events or where is None:
+                    continue
+                origin, source_topic, source_partition = where
+                topic, partitions = targets[source_topic]
+                partition = global_partition(source_partition, partitions)
+                shared = origin_headers(origin, source_topic, source_partition)
                 for delivered in delivery.events:
-                    topic, partitions = targets[delivered.topic]
-                    record = to_global_record(delivered, topic, partitions)
-                    self._produce(
-                        record.topic,
-                        record.partition,
-                        record.key,
-                        record.value,
-                        list(record.headers),
-                        record.timestamp_ms,
-                    )
-                    events += 1
+                    event = delivered.event
+                    headers = global_headers(event, delivered.seq, shared)
+                    try:
+                        # Timestamp 0 means "now" to the client; the record format says so.
+                        produce(
+                            topic,
+                            event.value,
+                            event.key,
+                            partition,
+                            on_delivery=on_delivery,
+                            timestamp=event.timestamp_ms,
+                            headers=cast(ProducedHeaders, headers),
+                        )
+                    except (BufferError, KafkaException):
+                        self._produce(
+                            topic, partition, event.key, event.value, headers, event.timestamp_ms
+                        )
+                events += len(delivery.events)
             self._produce(self._ledger_topic, 0, LEDGER_KEY, encode_ledger_state(ledger), None, 0)
             producer.commit_transaction(self._timeout)
         except RecordTooLarge:
@@ -165,33 +187,30 @@ class GlobalWriter:
             self._fail(exc)
         return CommitResult(events, time.monotonic() - started)
 
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._errors.append((error, message.topic() or "?", _record_size(message)))
+
     def _produce(
         self,
         topic: str,
         partition: int,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, str | bytes | None]] | None,
+        headers: list[Header] | None,
         timestamp_ms: int,
     ) -> None:
-        size = len(key or b"") + len(value or b"")
-        size += sum(len(n) + len(v or b"") for n, v in headers or ())
-
-        def on_delivery(error: KafkaError | None, _message: object) -> None:
-            if error is not None:
-                self._errors.append((error, topic, size))
-
+        """Produce one record, waiting while the client's queue is full (the slow path)."""
         while True:
             try:
-                # Timestamp 0 means "now" to the client; the record format documents it.
                 self._producer.produce(
                     topic,
                     value=value,
                     key=key,
                     partition=partition,
-                    on_delivery=on_delivery,
+                    on_delivery=self._on_delivery,
                     timestamp=timestamp_ms,
-                    headers=headers,
+                    headers=cast(ProducedHeaders | None, headers),
                 )
                 return
             except BufferError:
@@ -199,6 +218,8 @@ class GlobalWriter:
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if isinstance(error, KafkaError) and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    size = len(key or b"") + len(value or b"")
+                    size += sum(len(n) + len(v or b"") for n, v in headers or ())
                     raise RecordTooLarge(topic, size, "over the producer's limit") from exc
                 raise
 
@@ -233,3 +254,12 @@ class GlobalWriter:
         with contextlib.suppress(KafkaException):
             self._producer.abort_transaction(5.0)
         self._producer.flush(5.0)
+
+
+def _record_size(message: Message) -> int:
+    """Key, value and header bytes of a record, as the size limits count them."""
+    size = len(message.key() or b"") + len(message.value() or b"")
+    headers = message.headers() or []
+    for name, value in headers.items() if isinstance(headers, dict) else headers:
+        size += len(name) + len(value or b"")
+    return size
