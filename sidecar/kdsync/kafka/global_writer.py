@@ -24,11 +24,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from kdsync import naming
 from kdsync.kafka.client_config import client_config
-from kdsync.kafka.errors import KafkaUnavailable, ProducerFenced, RecordTooLarge
+from kdsync.kafka.errors import (
+    GlobalTopicLost,
+    KafkaUnavailable,
+    ProducerFenced,
+    RecordTooLarge,
+)
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
 from kdsync.ordering import Delivery, LedgerState
 from kdsync.ordering.events import Header
@@ -38,6 +43,8 @@ from kdsync.wire_format.records import decode_ledger_state, encode_ledger_state
 log = logging.getLogger(__name__)
 
 LEDGER_KEY = b"ledger"
+# How often a T-global's end offsets are compared with the ledger (see _check_history).
+_HISTORY_CHECK_SECONDS = 5.0
 # The ledger is small; reading the last few records of its topic finds the latest one.
 _LEDGER_TAIL = 64
 
@@ -86,6 +93,9 @@ class GlobalWriter:
             )
         )
         self._errors: list[tuple[KafkaError, str, int]] = []  # (error, topic, record size)
+        # When each T-global's end offsets were last checked against the ledger.
+        self._history_checked: dict[str, float] = {}
+        self._offsets_reader: Consumer | None = None
 
     def start(self) -> LedgerState:
         """Fence older instances, then read the ledger they left (blocking)."""
@@ -145,6 +155,7 @@ class GlobalWriter:
                     self._global_topic(where[1]),
                     self._global_partitions(where[1]),
                 )
+        self._check_history(deliveries, ledger)
         try:
             producer.begin_transaction()
             # The hot loop: per event only the headers list and librdkafka's produce().
@@ -186,6 +197,59 @@ class GlobalWriter:
         except KafkaException as exc:
             self._fail(exc)
         return CommitResult(events, time.monotonic() - started)
+
+    def _check_history(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
+        """Raise GlobalTopicLost when a ``T-global`` ends below what was committed to it.
+
+        Every event of the global stream takes one offset in each member's ``T-global``,
+        and a log's end offset never goes down (retention moves its start), so an intact
+        topic ends at or past the ledger's sequence count. Every ``T-global`` the ledger
+        knows is checked on first use and then every ``_HISTORY_CHECK_SECONDS`` (one
+        offsets request per partition), whatever this transaction writes to: heartbeats
+        keep transactions coming when a topic has no traffic."""
+        now = time.monotonic()
+        writing: dict[str, int] = {}
+        for delivery in deliveries:
+            if delivery.origin_partition is not None:
+                source_topic = delivery.origin_partition[1]
+                writing[source_topic] = writing.get(source_topic, 0) + len(delivery.events)
+        for source_topic, next_seq in ledger.next_seq.items():
+            committed = next_seq - writing.get(source_topic, 0)
+            topic = self._global_topic(source_topic)
+            if (
+                committed <= 0
+                or now < self._history_checked.get(topic, 0.0) + _HISTORY_CHECK_SECONDS
+            ):
+                continue
+            partitions = self._global_partitions(source_topic)
+            if self._offsets_reader is None:
+                self._offsets_reader = reading_consumer(
+                    self._properties,
+                    f"{naming.consumer_group(self._group)}.{self._member}.history-check",
+                    committed_only=True,
+                )
+            ends = 0
+            for partition in range(partitions):
+                try:
+                    _, high = watermarks(self._offsets_reader, topic, partition, self._timeout)
+                except KafkaUnavailable as exc:
+                    if _is_unknown_topic(exc.__cause__):
+                        raise GlobalTopicLost(
+                            topic,
+                            f"does not exist any more, but this member has committed "
+                            f"{committed} events to it: it was deleted",
+                        ) from exc
+                    raise
+                ends += high
+            if ends < committed:
+                raise GlobalTopicLost(
+                    topic,
+                    f"ends at offset {ends} (summed over its {partitions} partition(s)), but "
+                    f"this member has committed {committed} events to it: the topic was "
+                    "deleted and recreated (or deleted while this member was down, and "
+                    "created again empty)",
+                )
+            self._history_checked[topic] = now
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
@@ -254,6 +318,8 @@ class GlobalWriter:
         with contextlib.suppress(KafkaException):
             self._producer.abort_transaction(5.0)
         self._producer.flush(5.0)
+        if self._offsets_reader is not None:
+            self._offsets_reader.close()
 
 
 def _record_size(message: Message) -> int:
@@ -263,3 +329,12 @@ def _record_size(message: Message) -> int:
     for name, value in headers.items() if isinstance(headers, dict) else headers:
         size += len(name) + len(value or b"")
     return size
+
+
+def _is_unknown_topic(cause: BaseException | None) -> bool:
+    error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+    return isinstance(error, KafkaError) and error.code() in (
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+    )

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 _FAILURE_OUTCOME = {
     WriteFailure.TOO_LARGE: "refused",
+    WriteFailure.GLOBAL_TOPIC_LOST: "refused",
     WriteFailure.UNAVAILABLE: "failed",
     WriteFailure.FENCED: "fenced",
 }
@@ -39,6 +40,7 @@ class SidecarObserver(DriverObserver):
         # Heartbeat events among the driver's counts: /status reports user events only.
         self.heartbeats_in = 0
         self.heartbeats_out = 0
+        self._last_failure: WriteFailure | None = None  # what a halt that follows is about
 
     def _is_heartbeat(self, topic: str) -> bool:
         return self.mirror is not None and topic == self.mirror.heartbeat_topic
@@ -101,6 +103,7 @@ class SidecarObserver(DriverObserver):
 
     def transaction_failed(self, failure: WriteFailure, reason: str) -> None:
         self.metrics.transactions.labels(_FAILURE_OUTCOME[failure]).inc()
+        self._last_failure = failure
         if failure is WriteFailure.UNAVAILABLE:
             log.warning("delivery failed, retrying with backoff: %s", reason)
         elif failure is WriteFailure.FENCED:
@@ -109,7 +112,12 @@ class SidecarObserver(DriverObserver):
     def halted(self, reason: str) -> None:
         log.error("delivery halted: %s", reason)
         self.metrics.halted.clear()
-        self.metrics.halted.labels("record_too_large").set(1)
+        reason_label = (
+            "global_topic_lost"
+            if self._last_failure is WriteFailure.GLOBAL_TOPIC_LOST
+            else "record_too_large"
+        )
+        self.metrics.halted.labels(reason_label).set(1)
 
     def resumed(self) -> None:
         log.info("delivery resumed")
