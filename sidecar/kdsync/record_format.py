@@ -78,14 +78,29 @@ def _decimal(value: int, what: str) -> bytes:
     return str(value).encode("ascii")
 
 
-def kdsync_headers(delivered: DeliveredEvent) -> list[Header]:
-    """kdsync's own headers for ``delivered``, in the order they are appended."""
+OriginHeaders = tuple[Header, Header, Header]
+
+
+def origin_headers(origin: str, topic: str, partition: int) -> OriginHeaders:
+    """kdsync's ``origin``, ``topic`` and ``partition`` headers: the same for every event of
+    one origin partition, so the writer makes them once per batch, not per event."""
+    return (
+        (ORIGIN_HEADER, origin.encode("utf-8")),
+        (TOPIC_HEADER, topic.encode("utf-8")),
+        (PARTITION_HEADER, _decimal(partition, "partition")),
+    )
+
+
+def global_headers(event: SourceEvent, seq: int, origin: OriginHeaders) -> list[Header]:
+    """All headers of ``event``'s ``T-global`` record: the user's, then kdsync's in order.
+
+    ``seq`` and ``event.offset`` are never negative here (the ledger counts up from 0;
+    Kafka offsets are not negative), so they are formatted without the check."""
     return [
-        (SEQ_HEADER, _decimal(delivered.seq, "seq")),
-        (ORIGIN_HEADER, delivered.origin.encode("utf-8")),
-        (TOPIC_HEADER, delivered.topic.encode("utf-8")),
-        (PARTITION_HEADER, _decimal(delivered.partition, "partition")),
-        (OFFSET_HEADER, _decimal(delivered.event.offset, "offset")),
+        *event.headers,
+        (SEQ_HEADER, b"%d" % seq),
+        *origin,
+        (OFFSET_HEADER, b"%d" % event.offset),
     ]
 
 
@@ -94,12 +109,18 @@ def to_global_record(
 ) -> GlobalRecord:
     """The ``T-global`` record for ``delivered``: the source record plus kdsync's headers."""
     event = delivered.event
+    _decimal(delivered.seq, "seq")
+    _decimal(event.offset, "offset")
     return GlobalRecord(
         topic=global_topic,
         partition=global_partition(delivered.partition, global_partitions),
         key=event.key,
         value=event.value,
-        headers=[*event.headers, *kdsync_headers(delivered)],
+        headers=global_headers(
+            event,
+            delivered.seq,
+            origin_headers(delivered.origin, delivered.topic, delivered.partition),
+        ),
         timestamp_ms=event.timestamp_ms,
     )
 

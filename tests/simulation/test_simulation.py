@@ -20,8 +20,10 @@ SEEDS_TO_CATCH = 800  # a broken variant must fail within this many scenarios
 SCENARIOS = int(os.environ.get("KDSYNC_SIM_SCENARIOS", "10000"))
 
 
-# About 0.1 CPU-second a scenario: some 17 minutes on CI's two cores, more when loaded.
-@pytest.mark.timeout(2700)
+# About 0.1 CPU-second a scenario: some 17 minutes on CI's two cores, more when loaded (27
+# minutes at low priority beside the integration lane; over 45 when other work shared the
+# machine). The limit only catches a hang; the campaign's size is fixed.
+@pytest.mark.timeout(3600)
 def test_ten_thousand_scenarios_keep_every_property() -> None:
     """Agreement, exactly-once, origin order, fidelity, gapless sequence numbers, and
     delivery of every event within a bound once the group heals, over mixed 2, 3, 5 and

@@ -57,7 +57,7 @@ class DriverLimits:
     """How the driver paces its I/O, in events and ticks."""
 
     max_events_per_transaction: int = 50_000
-    halt_retry_ticks: int = 40  # a refused record is retried this often while halted
+    halt_retry_ticks: int = 40  # a halted transaction is retried this often
     retry_ticks: tuple[int, int] = (4, 100)  # backoff after a failed transaction, min..max
     trim_ticks: int = 600  # how often the durable log is trimmed
     trim_margin: int = 4096  # entries kept below what every member stored and we applied
@@ -254,7 +254,7 @@ class MemberDriver:
         if failure is WriteFailure.FENCED:
             self.state.fatal = reason
             return
-        if failure is WriteFailure.TOO_LARGE:
+        if failure in (WriteFailure.TOO_LARGE, WriteFailure.GLOBAL_TOPIC_LOST):
             if self.state.halted != reason:
                 self.observer.halted(reason)
             self.state.halted = reason

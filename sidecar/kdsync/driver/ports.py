@@ -68,6 +68,7 @@ class WriteFailure(enum.Enum):
     """Why a transaction did not commit (nothing of it became visible)."""
 
     TOO_LARGE = "too-large"  # a record the destination refuses: halt, retry later
+    GLOBAL_TOPIC_LOST = "global-topic-lost"  # T-global lost its history: halt, retry later
     UNAVAILABLE = "unavailable"  # brokers unreachable or busy: retry with backoff
     FENCED = "fenced"  # another instance of this member took over: stop for good
 

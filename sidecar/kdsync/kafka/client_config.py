@@ -10,14 +10,55 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from kdsync.kafka.errors import InvalidClientProperties
 
+# "... failed: Connection refused (after 0ms in state CONNECT)": the attempt's timing
+# differs between otherwise identical lines.
+_ATTEMPT_DETAIL = re.compile(r" \((after \d+ms in state \w+)[^)]*\)")
+
+
+class RepeatedLineFilter(logging.Filter):
+    """Passes the first of identical lines, then at most one per ``window`` seconds, saying
+    how many were held back.
+
+    While a broker is down, librdkafka logs a line for every reconnect attempt of every
+    client and broker thread: hundreds within a millisecond in the tests' broker restarts,
+    which pushed the sidecar's own explanation out of any log tail."""
+
+    def __init__(self, window: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._window = window
+        self._clock = clock
+        self._seen: dict[str, list[float]] = {}  # line -> [first pass, held back since]
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        line = _ATTEMPT_DETAIL.sub("", record.getMessage())
+        now = self._clock()
+        with self._lock:
+            seen = self._seen.get(line)
+            if seen is not None and now - seen[0] < self._window:
+                seen[1] += 1
+                return False
+            if len(self._seen) > 1000:  # forget lines not seen for a window
+                self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self._window}
+            self._seen[line] = [now, 0]
+        held = int(seen[1]) if seen is not None else 0
+        if held:
+            record.msg = f"{record.getMessage()} ({held} identical line(s) held back)"
+            record.args = ()
+        return True
+
+
 LIBRDKAFKA_LOG = logging.getLogger("kdsync.librdkafka")
+LIBRDKAFKA_LOG.addFilter(RepeatedLineFilter())
 
 # librdkafka properties whose values are secrets: sasl.password, ssl.key.password,
 # ssl.keystore.password, sasl.oauthbearer.client.secret, ssl.key.pem (an inline key), ...

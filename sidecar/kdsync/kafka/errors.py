@@ -34,5 +34,21 @@ class RecordTooLarge(KafkaShellError):
         )
 
 
+class GlobalTopicLost(KafkaShellError):
+    """``T-global`` holds fewer records than this member has committed to it: the topic was
+    deleted (and perhaps recreated). Writing on would leave a hole at its start."""
+
+    def __init__(self, topic: str, detail: str) -> None:
+        self.topic = topic
+        super().__init__(
+            f"{topic} {detail}. Delivery to it is halted so that no hole is written over; the "
+            "ordering log, the ledger and the source topics are untouched, and the other "
+            f"members go on. Fix: restore {topic} (e.g. copy it from another member's "
+            "T-global, which holds the same records in the same order), or see "
+            "docs/operations.md on a lost T-global; delivery resumes by itself once the "
+            "topic holds at least what the ledger says"
+        )
+
+
 class InvalidClientProperties(KafkaShellError):
     """librdkafka refuses a property of ``kafka.properties`` (unknown name or bad value)."""

@@ -22,20 +22,29 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from kdsync import naming
 from kdsync.kafka.client_config import client_config
-from kdsync.kafka.errors import KafkaUnavailable, ProducerFenced, RecordTooLarge
+from kdsync.kafka.errors import (
+    GlobalTopicLost,
+    KafkaUnavailable,
+    ProducerFenced,
+    RecordTooLarge,
+)
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
 from kdsync.ordering import Delivery, LedgerState
-from kdsync.record_format import to_global_record
+from kdsync.ordering.events import Header
+from kdsync.record_format import global_headers, global_partition, origin_headers
 from kdsync.wire_format.records import decode_ledger_state, encode_ledger_state
 
 log = logging.getLogger(__name__)
 
 LEDGER_KEY = b"ledger"
+# How often a T-global's end offsets are compared with the ledger (see _check_history).
+_HISTORY_CHECK_SECONDS = 5.0
 # The ledger is small; reading the last few records of its topic finds the latest one.
 _LEDGER_TAIL = 64
 
@@ -48,6 +57,8 @@ class CommitResult:
 
 
 GlobalTopicFor = Callable[[str], str]
+# What confluent-kafka's produce() is typed to take (our headers' values are all bytes).
+ProducedHeaders = list[tuple[str, str | bytes | None]]
 
 
 class GlobalWriter:
@@ -82,6 +93,9 @@ class GlobalWriter:
             )
         )
         self._errors: list[tuple[KafkaError, str, int]] = []  # (error, topic, record size)
+        # When each T-global's end offsets were last checked against the ledger.
+        self._history_checked: dict[str, float] = {}
+        self._offsets_reader: Consumer | None = None
 
     def start(self) -> LedgerState:
         """Fence older instances, then read the ledger they left (blocking)."""
@@ -135,27 +149,46 @@ class GlobalWriter:
         # (creating a T-global on first use is an admin round trip), once per topic.
         targets: dict[str, tuple[str, int]] = {}
         for delivery in deliveries:
-            for delivered in delivery.events:
-                if delivered.topic not in targets:
-                    targets[delivered.topic] = (
-                        self._global_topic(delivered.topic),
-                        self._global_partitions(delivered.topic),
-                    )
+            where = delivery.origin_partition
+            if delivery.events and where is not None and where[1] not in targets:
+                targets[where[1]] = (
+                    self._global_topic(where[1]),
+                    self._global_partitions(where[1]),
+                )
+        self._check_history(deliveries, ledger)
         try:
             producer.begin_transaction()
+            # The hot loop: per event only the headers list and librdkafka's produce().
+            # Everything shared by a delivery (one origin partition) is made once.
+            produce = producer.produce
+            on_delivery = self._on_delivery
             for delivery in deliveries:
+                where = delivery.origin_partition
+                if not delivery.events or where is None:
+                    continue
+                origin, source_topic, source_partition = where
+                topic, partitions = targets[source_topic]
+                partition = global_partition(source_partition, partitions)
+                shared = origin_headers(origin, source_topic, source_partition)
                 for delivered in delivery.events:
-                    topic, partitions = targets[delivered.topic]
-                    record = to_global_record(delivered, topic, partitions)
-                    self._produce(
-                        record.topic,
-                        record.partition,
-                        record.key,
-                        record.value,
-                        list(record.headers),
-                        record.timestamp_ms,
-                    )
-                    events += 1
+                    event = delivered.event
+                    headers = global_headers(event, delivered.seq, shared)
+                    try:
+                        # Timestamp 0 means "now" to the client; the record format says so.
+                        produce(
+                            topic,
+                            event.value,
+                            event.key,
+                            partition,
+                            on_delivery=on_delivery,
+                            timestamp=event.timestamp_ms,
+                            headers=cast(ProducedHeaders, headers),
+                        )
+                    except (BufferError, KafkaException):
+                        self._produce(
+                            topic, partition, event.key, event.value, headers, event.timestamp_ms
+                        )
+                events += len(delivery.events)
             self._produce(self._ledger_topic, 0, LEDGER_KEY, encode_ledger_state(ledger), None, 0)
             producer.commit_transaction(self._timeout)
         except RecordTooLarge:
@@ -165,33 +198,83 @@ class GlobalWriter:
             self._fail(exc)
         return CommitResult(events, time.monotonic() - started)
 
+    def _check_history(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
+        """Raise GlobalTopicLost when a ``T-global`` ends below what was committed to it.
+
+        Every event of the global stream takes one offset in each member's ``T-global``,
+        and a log's end offset never goes down (retention moves its start), so an intact
+        topic ends at or past the ledger's sequence count. Every ``T-global`` the ledger
+        knows is checked on first use and then every ``_HISTORY_CHECK_SECONDS`` (one
+        offsets request per partition), whatever this transaction writes to: heartbeats
+        keep transactions coming when a topic has no traffic."""
+        now = time.monotonic()
+        writing: dict[str, int] = {}
+        for delivery in deliveries:
+            if delivery.origin_partition is not None:
+                source_topic = delivery.origin_partition[1]
+                writing[source_topic] = writing.get(source_topic, 0) + len(delivery.events)
+        for source_topic, next_seq in ledger.next_seq.items():
+            committed = next_seq - writing.get(source_topic, 0)
+            topic = self._global_topic(source_topic)
+            if (
+                committed <= 0
+                or now < self._history_checked.get(topic, 0.0) + _HISTORY_CHECK_SECONDS
+            ):
+                continue
+            partitions = self._global_partitions(source_topic)
+            if self._offsets_reader is None:
+                self._offsets_reader = reading_consumer(
+                    self._properties,
+                    f"{naming.consumer_group(self._group)}.{self._member}.history-check",
+                    committed_only=True,
+                )
+            ends = 0
+            for partition in range(partitions):
+                try:
+                    _, high = watermarks(self._offsets_reader, topic, partition, self._timeout)
+                except KafkaUnavailable as exc:
+                    if _is_unknown_topic(exc.__cause__):
+                        raise GlobalTopicLost(
+                            topic,
+                            f"does not exist any more, but this member has committed "
+                            f"{committed} events to it: it was deleted",
+                        ) from exc
+                    raise
+                ends += high
+            if ends < committed:
+                raise GlobalTopicLost(
+                    topic,
+                    f"ends at offset {ends} (summed over its {partitions} partition(s)), but "
+                    f"this member has committed {committed} events to it: the topic was "
+                    "deleted and recreated (or deleted while this member was down, and "
+                    "created again empty)",
+                )
+            self._history_checked[topic] = now
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._errors.append((error, message.topic() or "?", _record_size(message)))
+
     def _produce(
         self,
         topic: str,
         partition: int,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, str | bytes | None]] | None,
+        headers: list[Header] | None,
         timestamp_ms: int,
     ) -> None:
-        size = len(key or b"") + len(value or b"")
-        size += sum(len(n) + len(v or b"") for n, v in headers or ())
-
-        def on_delivery(error: KafkaError | None, _message: object) -> None:
-            if error is not None:
-                self._errors.append((error, topic, size))
-
+        """Produce one record, waiting while the client's queue is full (the slow path)."""
         while True:
             try:
-                # Timestamp 0 means "now" to the client; the record format documents it.
                 self._producer.produce(
                     topic,
                     value=value,
                     key=key,
                     partition=partition,
-                    on_delivery=on_delivery,
+                    on_delivery=self._on_delivery,
                     timestamp=timestamp_ms,
-                    headers=headers,
+                    headers=cast(ProducedHeaders | None, headers),
                 )
                 return
             except BufferError:
@@ -199,6 +282,8 @@ class GlobalWriter:
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 if isinstance(error, KafkaError) and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    size = len(key or b"") + len(value or b"")
+                    size += sum(len(n) + len(v or b"") for n, v in headers or ())
                     raise RecordTooLarge(topic, size, "over the producer's limit") from exc
                 raise
 
@@ -233,3 +318,23 @@ class GlobalWriter:
         with contextlib.suppress(KafkaException):
             self._producer.abort_transaction(5.0)
         self._producer.flush(5.0)
+        if self._offsets_reader is not None:
+            self._offsets_reader.close()
+
+
+def _record_size(message: Message) -> int:
+    """Key, value and header bytes of a record, as the size limits count them."""
+    size = len(message.key() or b"") + len(message.value() or b"")
+    headers = message.headers() or []
+    for name, value in headers.items() if isinstance(headers, dict) else headers:
+        size += len(name) + len(value or b"")
+    return size
+
+
+def _is_unknown_topic(cause: BaseException | None) -> bool:
+    error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+    return isinstance(error, KafkaError) and error.code() in (
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+    )

@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -201,27 +202,14 @@ class SourceReader:
         log.warning("%s", text)
 
     def _publish(self, messages: list[Message]) -> None:
-        by_partition: dict[tuple[str, int], list[SourceEvent]] = {}
-        for message in messages:
+        by_partition, failed = events_by_partition(messages)
+        for message in failed:
             error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                    self._out_of_range(message.topic(), message.partition())
-                elif error.code() != KafkaError._PARTITION_EOF:
-                    self._note_error(f"reading sources: {error}")
-                continue
-            topic, partition, offset = message.topic(), message.partition(), message.offset()
-            assert topic is not None and partition is not None and offset is not None
-            _, timestamp = message.timestamp()
-            raw_headers = message.headers() or []
-            # The client returns a list of (name, bytes|None) pairs for consumed records.
-            pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
-            headers = tuple(
-                (name, value.encode() if isinstance(value, str) else value) for name, value in pairs
-            )
-            by_partition.setdefault((topic, partition), []).append(
-                SourceEvent(offset, message.key(), message.value(), headers, max(timestamp, 0))
-            )
+            assert error is not None
+            if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                self._out_of_range(message.topic(), message.partition())
+            elif error.code() != KafkaError._PARTITION_EOF:
+                self._note_error(f"reading sources: {error}")
         for where, events in by_partition.items():
             self._cut(where, events)
         self._on_batches()
@@ -296,3 +284,41 @@ class SourceReader:
             except queue.Full:
                 self._on_batches()
         return end
+
+
+def events_by_partition(
+    messages: list[Message],
+) -> tuple[dict[tuple[str, int], list[SourceEvent]], list[Message]]:
+    """The consumed records as events by (topic, partition), in offset order, and the
+    messages that carry an error instead of a record.
+
+    This runs once per event read. The client returns consumed headers as a list of
+    (name, bytes | None) pairs, so they are kept as they come; the NamedTuple is built with
+    tuple.__new__, which skips its Python-level constructor."""
+    # Keyed by what the client returns, which it types as optional but always sets on a
+    # record without an error.
+    by_partition: dict[Any, list[SourceEvent]] = {}
+    failed: list[Message] = []
+    new = tuple.__new__
+    for message in messages:
+        if message.error() is not None:
+            failed.append(message)
+            continue
+        where = (message.topic(), message.partition())
+        events = by_partition.get(where)
+        if events is None:
+            events = by_partition[where] = []
+        headers = message.headers()
+        events.append(
+            new(
+                SourceEvent,
+                (
+                    message.offset(),
+                    message.key(),
+                    message.value(),
+                    tuple(headers) if headers else (),
+                    max(message.timestamp()[1], 0),
+                ),
+            )
+        )
+    return by_partition, failed

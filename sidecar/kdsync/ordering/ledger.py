@@ -95,12 +95,17 @@ class DeliveryLedger:
         if batch.end <= mark:
             return Delivery(entry.index, entry.term, BatchVerdict.DUPLICATE, (), where)
         seq = self.next_seq.get(batch.topic, 0)
-        delivered: list[DeliveredEvent] = []
-        for event in batch.events:
-            if event.offset < mark:
-                continue
-            delivered.append(DeliveredEvent(seq, batch.origin, batch.topic, batch.partition, event))
-            seq += 1
-        self.next_seq[batch.topic] = seq
+        events = batch.events
+        if events and events[0].offset < mark:  # a batch that overlaps what was delivered
+            events = tuple(event for event in events if event.offset >= mark)
+        origin, topic, partition = where
+        # tuple.__new__ builds the NamedTuple without its Python-level constructor: this
+        # runs once per delivered event.
+        new = tuple.__new__
+        delivered = [
+            new(DeliveredEvent, (number, origin, topic, partition, event))
+            for number, event in enumerate(events, seq)
+        ]
+        self.next_seq[batch.topic] = seq + len(delivered)
         self.marks[where] = batch.end
         return Delivery(entry.index, entry.term, BatchVerdict.DELIVERED, tuple(delivered), where)

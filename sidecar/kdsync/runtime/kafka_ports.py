@@ -14,7 +14,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from kdsync.driver import MemberDriver, SourcePartition, WriteFailure
-from kdsync.kafka.errors import KafkaShellError, ProducerFenced, RecordTooLarge
+from kdsync.kafka.errors import GlobalTopicLost, KafkaShellError, ProducerFenced, RecordTooLarge
 from kdsync.kafka.global_writer import GlobalWriter
 from kdsync.kafka.log_store import LogStore
 from kdsync.kafka.source_reader import SourceReader
@@ -104,6 +104,8 @@ class KafkaDeliveryPort(_LoopPort):
             result = await asyncio.to_thread(self._writer.write, deliveries, ledger)
         except RecordTooLarge as exc:
             driver.transaction_failed(WriteFailure.TOO_LARGE, str(exc))
+        except GlobalTopicLost as exc:
+            driver.transaction_failed(WriteFailure.GLOBAL_TOPIC_LOST, str(exc))
         except ProducerFenced as exc:
             driver.transaction_failed(WriteFailure.FENCED, str(exc))
         except KafkaShellError as exc:

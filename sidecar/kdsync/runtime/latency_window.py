@@ -11,9 +11,9 @@ class LatencyWindow:
         self._values: deque[float] = deque(maxlen=size)
         self.count = 0
 
-    def add(self, milliseconds: float) -> None:
-        self._values.append(milliseconds)
-        self.count += 1
+    def extend(self, milliseconds: list[float]) -> None:
+        self._values.extend(milliseconds)
+        self.count += len(milliseconds)
 
     def percentile(self, fraction: float) -> float | None:
         if not self._values:

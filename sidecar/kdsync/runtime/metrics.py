@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kdsync.runtime.bulk_histogram import BulkHistogram
+
 _LATENCY_BUCKETS = (
     0.002,
     0.005,
@@ -59,7 +61,8 @@ class SidecarMetrics:
             ["member"],
             registry=r,
         )
-        self.latency = Histogram(
+        # Observed once per delivered event, so counted a batch at a time.
+        self.latency = BulkHistogram(
             "kdsync_replication_latency_seconds",
             "Origin record timestamp to commit in this member's T-global",
             buckets=_LATENCY_BUCKETS,

@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 _FAILURE_OUTCOME = {
     WriteFailure.TOO_LARGE: "refused",
+    WriteFailure.GLOBAL_TOPIC_LOST: "refused",
     WriteFailure.UNAVAILABLE: "failed",
     WriteFailure.FENCED: "fenced",
 }
@@ -39,6 +40,7 @@ class SidecarObserver(DriverObserver):
         # Heartbeat events among the driver's counts: /status reports user events only.
         self.heartbeats_in = 0
         self.heartbeats_out = 0
+        self._last_failure: WriteFailure | None = None  # what a halt that follows is about
 
     def _is_heartbeat(self, topic: str) -> bool:
         return self.mirror is not None and topic == self.mirror.heartbeat_topic
@@ -69,19 +71,24 @@ class SidecarObserver(DriverObserver):
         heartbeats = self.mirror.heartbeat_topic if self.mirror is not None else None
         counts: dict[str, int] = {}
         pairs: dict[tuple[str, str], tuple[list[float], list[int]]] = {}
+        user_latencies: list[float] = []
+        # Per delivery, not per event: all events of one delivery share origin and topic.
         for delivery in deliveries:
-            for delivered in delivery.events:
-                counts[delivered.topic] = counts.get(delivered.topic, 0) + 1
-                event = delivered.event
-                latencies, sizes = pairs.setdefault((delivered.origin, delivered.topic), ([], []))
-                sizes.append(len(event.key or b"") + len(event.value or b""))
-                timestamp = event.timestamp_ms
-                if timestamp > 0:
-                    latency = max(0.0, now_ms - timestamp)
-                    latencies.append(latency)
-                    if delivered.topic != heartbeats:  # user events only: status p50/p99
-                        metrics.latency.observe(latency / 1000)
-                        self.latency.add(latency)
+            where = delivery.origin_partition
+            if not delivery.events or where is None:
+                continue
+            origin, topic, _ = where
+            counts[topic] = counts.get(topic, 0) + len(delivery.events)
+            latencies, sizes = pairs.setdefault((origin, topic), ([], []))
+            events = [delivered.event for delivered in delivery.events]
+            sizes += [len(e.key or b"") + len(e.value or b"") for e in events]
+            stamped = [max(0.0, now_ms - e.timestamp_ms) for e in events if e.timestamp_ms > 0]
+            latencies += stamped
+            if topic != heartbeats:  # user events only: status p50/p99
+                user_latencies += stamped
+        if user_latencies:
+            metrics.latency.observe_many([ms / 1000 for ms in user_latencies])
+            self.latency.extend(user_latencies)
         if self.mirror is not None:
             for (origin, topic), (latencies, sizes) in pairs.items():
                 self.mirror.replicated(origin, topic, latencies, sizes, now)
@@ -96,6 +103,7 @@ class SidecarObserver(DriverObserver):
 
     def transaction_failed(self, failure: WriteFailure, reason: str) -> None:
         self.metrics.transactions.labels(_FAILURE_OUTCOME[failure]).inc()
+        self._last_failure = failure
         if failure is WriteFailure.UNAVAILABLE:
             log.warning("delivery failed, retrying with backoff: %s", reason)
         elif failure is WriteFailure.FENCED:
@@ -104,7 +112,12 @@ class SidecarObserver(DriverObserver):
     def halted(self, reason: str) -> None:
         log.error("delivery halted: %s", reason)
         self.metrics.halted.clear()
-        self.metrics.halted.labels("record_too_large").set(1)
+        reason_label = (
+            "global_topic_lost"
+            if self._last_failure is WriteFailure.GLOBAL_TOPIC_LOST
+            else "record_too_large"
+        )
+        self.metrics.halted.labels(reason_label).set(1)
 
     def resumed(self) -> None:
         log.info("delivery resumed")

@@ -18,6 +18,9 @@ _ENTRY = struct.Struct(">qqB")
 _BATCH = struct.Struct(">iqqBIII")
 _EVENT = struct.Struct(">qqiiI")
 _HEADER = struct.Struct(">Ii")
+# A NamedTuple's own constructor is a Python function; tuple.__new__ builds the same
+# object about 3x faster, which counts once per event decoded.
+new_tuple = tuple.__new__
 
 # -- encoding ---------------------------------------------------------------------------
 #
@@ -154,7 +157,7 @@ def take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
                 else:
                     raise bad_length("header value", header_len)
             headers = tuple(header_list)
-        append(SourceEvent(offset, key, value, headers, timestamp_ms))
+        append(new_tuple(SourceEvent, (offset, key, value, headers, timestamp_ms)))
     batch = OriginBatch(origin, topic, partition, start, end, bool(opens), tuple(events))
     # Sending or storing this batch again re-uses these bytes instead of re-encoding.
     object.__setattr__(batch, "_encoded", bytes(data[first:pos]))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +76,14 @@ def test_a_lagging_member_is_lag_not_a_violation(
 
 def _swap(events: list[DeliveredEvent], a: int, b: int) -> list[DeliveredEvent]:
     damaged = list(events)
-    damaged[a] = replace(events[b], seq=a)
-    damaged[b] = replace(events[a], seq=b)
+    damaged[a] = events[b]._replace(seq=a)
+    damaged[b] = events[a]._replace(seq=b)
     return damaged
 
 
 def _alter(events: list[DeliveredEvent], at: int) -> list[DeliveredEvent]:
     damaged = list(events)
-    damaged[at] = replace(events[at], event=replace(events[at].event, value=b"tampered"))
+    damaged[at] = events[at]._replace(event=events[at].event._replace(value=b"tampered"))
     return damaged
 
 
@@ -94,7 +93,7 @@ def _foreign(events: list[DeliveredEvent]) -> list[DeliveredEvent]:
 
 
 def _duplicate(events: list[DeliveredEvent], at: int) -> list[DeliveredEvent]:
-    return [*events, replace(events[at], seq=len(events))]
+    return [*events, events[at]._replace(seq=len(events))]
 
 
 # name -> (damage to m2's copy, violations that must be reported, all on m2)
@@ -150,7 +149,7 @@ def test_violation_cap_keeps_the_totals(
     group = make_group()
     events = group.add_round(4, "a")
     for member in MEMBERS:
-        damaged = [replace(e, event=replace(e.event, value=b"x")) for e in events]
+        damaged = [e._replace(event=e.event._replace(value=b"x")) for e in events]
         group.write_global(member, damaged if member == DAMAGED else events)
     status, report = run(group.config_path, tmp_path, "--violation-cap", "5")
     assert status == 1
@@ -203,7 +202,7 @@ def test_a_redelivery_of_an_event_audited_earlier_is_a_duplicate(
     assert status == 0, first
     # m2 delivers the event of seq 5 (checked by the first run) again, as seq 12; the
     # second run does not read seq 5 or its origin record, yet knows the event is old.
-    again = replace(clean_group.delivered[5], seq=12)
+    again = clean_group.delivered[5]._replace(seq=12)
     clean_group.write_global(DAMAGED, [again])
 
     status, second = run(clean_group.config_path, tmp_path, "--state", str(state_file))

@@ -25,7 +25,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +292,7 @@ def test_the_audit_report_reaches_the_group_status_through_the_configmap(
 
     # --- damage after the clean end -------------------------------------------------
     more = group.add_round(2, "b")  # seqs 12..17
-    altered = replace(more[2], event=replace(more[2].event, value=b"tampered"))
+    altered = more[2]._replace(event=more[2].event._replace(value=b"tampered"))
     for member in MEMBERS:
         group.write_global(member, [*more[:2], altered, *more[3:]] if member == DAMAGED else more)
     for member in MEMBERS:
