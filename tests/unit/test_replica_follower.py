@@ -137,3 +137,32 @@ def test_a_topic_that_stops_short_of_its_end_fails_naming_how_far_it_got(
     assert "no progress for 30s" in message
     assert "{0: 'read to 120 of 300'}" in message
     assert len(follower.records) == 120
+
+
+class _AssignRecorder(_SlowConsumer):
+    def assign(self, partitions: list[Any]) -> None:
+        self.assigned = [(tp.partition, tp.offset) for tp in partitions]
+
+
+def test_a_consumer_that_stops_fetching_is_replaced_and_the_read_completes(
+    clock: _Clock,
+) -> None:
+    # The first consumer reads 0..4 of 10, then fetches nothing ever again (librdkafka
+    # after a broker restart); the replacement starts at 5 and reads to the end.
+    stuck = _SlowConsumer(clock, {0: 10}, iter([_records(0, 0, 5)]))
+    fresh = _AssignRecorder(clock, {0: 10}, iter([_records(0, 5, 10), [_Message(0, 10, True)]]))
+    follower = _follower(stuck)
+    follower._make_consumer = lambda: cast(Consumer, fresh)  # as if it had made its own
+    assert follower.read_to_end(timeout=60) == 10
+    assert [offset for _, offset, _ in follower.records] == list(range(10))
+    assert fresh.assigned == [(0, 5)]
+    assert follower.consumers_replaced == 1
+
+
+def test_a_consumer_at_the_end_of_an_idle_topic_is_kept(clock: _Clock) -> None:
+    consumer = _SlowConsumer(clock, {0: 10}, iter([_records(0, 0, 10), [_Message(0, 10, True)]]))
+    follower = _follower(consumer)
+    follower._make_consumer = lambda: pytest.fail("an idle consumer at its end was replaced")
+    for _ in range(100):  # 100 empty fetches of 0.5 s on the clock: past STALL_SECONDS
+        follower.poll()
+    assert len(follower.records) == 10 and follower.consumers_replaced == 0

@@ -267,6 +267,11 @@ class MemberDriver:
     # ------------------------------------------------------------------ reporting
 
     @property
+    def source_held(self) -> bool:
+        """A source batch waits for room in the node's outbox."""
+        return self._held is not None
+
+    @property
     def transaction_in_flight(self) -> bool:
         return self._writing is not None
 

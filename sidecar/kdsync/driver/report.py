@@ -74,6 +74,9 @@ def node_section(driver: MemberDriver) -> dict[str, Any]:
         "appliedIndex": driver.state.durable_applied,
         "memberLag": member_lag(driver),
         "pendingEvents": driver.pending_events,
+        # Own batches on their way into the order, and whether reading waits for room.
+        "outboxBatches": node.outbox_size(),
+        "sourceHeld": driver.source_held,
     }
 
 

@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 _DISCOVERY_SECONDS = 5.0
 _ENDS_SECONDS = 1.0  # how often end offsets are refreshed for the record-lag metric
+# A partition with committed records beyond what was read, and nothing read for this long,
+# gets a new consumer (see _check_stalled); checked this often.
+_STALL_SECONDS = 30.0
+_STALL_CHECK_SECONDS = 10.0
 
 
 class SourceReader:
@@ -49,7 +53,10 @@ class SourceReader:
         max_batch_bytes: int,
         on_batches: Callable[[], None],
         queue_batches: int = 64,
+        consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
+        stall_seconds: float = _STALL_SECONDS,
     ) -> None:
+        """``consumer_factory`` and ``stall_seconds`` are for tests of the stall check."""
         self._member = member
         self._selects = selects
         self._start = dict(start_positions)
@@ -57,28 +64,35 @@ class SourceReader:
         self._max_bytes = max_batch_bytes
         self._on_batches = on_batches
         self.batches: queue.Queue[OriginBatch] = queue.Queue(maxsize=queue_batches)
-        self._consumer = Consumer(
-            client_config(
-                properties,
-                **{
-                    "group.id": naming.consumer_group(group),
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "isolation.level": "read_committed",
-                    # A position outside the partition is decided here, not by the
-                    # client (see _out_of_range): resetting silently to the start of a
-                    # recreated topic would make its new records look like ones
-                    # already replicated, and the group would drop them as duplicates.
-                    "auto.offset.reset": "error",
-                    "client.id": f"kdsync-{group}-{member}-source",
-                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                    # New events should not wait for a fuller fetch: latency over throughput.
-                    "fetch.wait.max.ms": 100,
-                },
-            )
+        config = client_config(
+            properties,
+            **{
+                "group.id": naming.consumer_group(group),
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                # A position outside the partition is decided here, not by the
+                # client (see _out_of_range): resetting silently to the start of a
+                # recreated topic would make its new records look like ones
+                # already replicated, and the group would drop them as duplicates.
+                "auto.offset.reset": "error",
+                "client.id": f"kdsync-{group}-{member}-source",
+                "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                # New events should not wait for a fuller fetch: latency over throughput.
+                "fetch.wait.max.ms": 100,
+            },
         )
+        self._make_consumer: Callable[[], Consumer] = lambda: consumer_factory(config)
+        self._stall_seconds = stall_seconds
+        self._stall_check_seconds = min(_STALL_CHECK_SECONDS, stall_seconds / 3)
+        self._consumer = self._make_consumer()
+        self.consumers_replaced = 0
         self._topics = topics  # shared with the sidecar: one admin client per cluster
         self._assigned: dict[tuple[str, int], int] = {}  # partition -> next position to offer
+        # Partitions still to be read from their beginning (nothing read yet), and when
+        # each last moved forward (for _check_stalled).
+        self._from_beginning: set[tuple[str, int]] = set()
+        self._progress_at: dict[tuple[str, int], float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kdsync-source", daemon=True)
         self._close_lock = threading.Lock()
@@ -87,6 +101,9 @@ class SourceReader:
         self._ends: dict[tuple[str, int], int] = {}
         self.errors = 0
         self.last_error: str | None = None
+        # When the reader thread last returned from the client (monotonic): a reader stuck
+        # inside a client call shows in /status as a growing age.
+        self.read_at = time.monotonic()
         # Partitions no longer read, with why: their log ends before what was replicated.
         self.stopped: dict[tuple[str, int], str] = {}
 
@@ -163,6 +180,9 @@ class SourceReader:
                     TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start)
                 )
                 self._assigned[where] = 0 if start is None else start
+                if start is None:
+                    self._from_beginning.add(where)
+                self._progress_at[where] = time.monotonic()
         if new:
             log.info(
                 "reading %d new source partition(s): %s",
@@ -181,7 +201,11 @@ class SourceReader:
     def _read_until_stopped(self) -> None:
         next_discovery = time.monotonic() + _DISCOVERY_SECONDS
         next_ends = time.monotonic()
+        next_stall_check = time.monotonic() + self._stall_check_seconds
         while not self._stop.is_set():
+            if time.monotonic() >= next_stall_check:
+                next_stall_check = time.monotonic() + self._stall_check_seconds
+                self._check_stalled()
             if time.monotonic() >= next_ends:
                 next_ends = time.monotonic() + _ENDS_SECONDS
                 self._refresh_ends()
@@ -193,8 +217,69 @@ class SourceReader:
                     self._note_error(f"topic discovery failed: {exc}")
             self._commit_pending()
             messages = self._consumer.consume(num_messages=self._max_events, timeout=0.1)
+            self.read_at = time.monotonic()
             if messages:
                 self._publish(messages)
+
+    def _check_stalled(self) -> None:
+        """Replace the consumer when it has stopped fetching.
+
+        After its broker restarts, a librdkafka consumer that uses assign() can stop
+        fetching a partition for good while reporting nothing (librdkafka issues 5153 and
+        4492; seen here in the broker-restart test). That member's events would silently
+        stop entering the order. So a partition with nothing read for _STALL_SECONDS is
+        compared with its last stable offset, asked through the admin client: committed
+        records beyond the consumer's position mean the consumer is stuck, and a new one
+        reads on from the same positions (nothing skipped, nothing read twice)."""
+        now = time.monotonic()
+        quiet = [
+            where
+            for where, at in self._progress_at.items()
+            if now - at >= self._stall_seconds and where not in self.stopped
+        ]
+        if not quiet:
+            return
+        try:
+            ends = self._topics.committed_ends(quiet)
+        except KafkaException:
+            return  # the brokers do not answer: not a stuck consumer; asked again later
+        for where in quiet:
+            self._progress_at[where] = now
+        fetched = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in self._consumer.position([TopicPartition(t, p) for t, p in quiet])
+        }
+        stuck = {
+            where: (position, ends[where])
+            for where in quiet
+            if where in ends
+            and ends[where] > (position := max(fetched.get(where, -1), self._assigned[where]))
+        }
+        if stuck:
+            self._note_error(
+                "the source consumer stopped fetching although committed records wait "
+                "(partition: position, last stable offset) "
+                + ", ".join(f"{t}[{p}]: {a}, {b}" for (t, p), (a, b) in sorted(stuck.items()))
+                + f", nothing read for {self._stall_seconds:.0f}s; replaced it, reading on from "
+                "the same positions"
+            )
+            self._replace_consumer()
+
+    def _replace_consumer(self) -> None:
+        old = self._consumer
+        self._consumer = self._make_consumer()
+        self.consumers_replaced += 1
+        reading = [
+            TopicPartition(t, p, OFFSET_BEGINNING if (t, p) in self._from_beginning else offset)
+            for (t, p), offset in self._assigned.items()
+            if (t, p) not in self.stopped
+        ]
+        if reading:
+            self._consumer.incremental_assign(reading)
+        # Closing the stuck client may wait on it: not in the reading thread.
+        threading.Thread(
+            target=_close_quietly, args=(old,), name="kdsync-source-close", daemon=True
+        ).start()
 
     def _note_error(self, text: str) -> None:
         self.errors += 1
@@ -210,7 +295,10 @@ class SourceReader:
                 self._out_of_range(message.topic(), message.partition())
             elif error.code() != KafkaError._PARTITION_EOF:
                 self._note_error(f"reading sources: {error}")
+        now = time.monotonic()
         for where, events in by_partition.items():
+            self._progress_at[where] = now
+            self._from_beginning.discard(where)
             self._cut(where, events)
         self._on_batches()
 
@@ -284,6 +372,13 @@ class SourceReader:
             except queue.Full:
                 self._on_batches()
         return end
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.info("closing a replaced source consumer: %s", exc)
 
 
 def events_by_partition(

@@ -10,8 +10,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+# Where the class is defined: confluent_kafka.admin re-exports it without __all__.
+from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from kdsync import naming
@@ -78,6 +81,22 @@ class ClusterTopics:
             name: count
             for name, count in self.partitions().items()
             if selects(name) and not naming.is_internal_topic(name) and not name.startswith("__")
+        }
+
+    def committed_ends(
+        self, partitions: list[tuple[str, int]], timeout: float = 5.0
+    ) -> dict[tuple[str, int], int]:
+        """The last stable offset of each partition: where a read_committed reader can
+        read to now. Asked through the admin client, independently of any consumer.
+        Raises KafkaException when the brokers do not answer within ``timeout``."""
+        futures = self._admin.list_offsets(
+            {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions},  # type: ignore[no-untyped-call]
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=timeout,
+        )
+        return {
+            (tp.topic, tp.partition): int(future.result(timeout=timeout).offset)
+            for tp, future in futures.items()
         }
 
     def ensure(self, name: str, partitions: int, config: Mapping[str, str]) -> None:

@@ -360,6 +360,8 @@ class Sidecar:
         if self._cluster is not None:
             doc["sourceReadErrors"] = self._cluster.reader.errors
             doc["lastSourceError"] = self._cluster.reader.last_error
+            doc["sourceQueued"] = self._cluster.reader.batches.qsize()
+            doc["sourceReadAgoSeconds"] = round(time.monotonic() - self._cluster.reader.read_at, 1)
             doc["stoppedSources"] = {
                 f"{topic}[{partition}]": reason
                 for (topic, partition), reason in sorted(self._cluster.reader.stopped.items())

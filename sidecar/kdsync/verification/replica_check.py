@@ -8,11 +8,18 @@ timestamp are those of the origin record.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+log = logging.getLogger(__name__)
+
+# A consumer that has read nothing this long while its partitions hold more is replaced.
+STALL_SECONDS = 30.0
 
 _OWN = ("kdsync.seq", "kdsync.origin", "kdsync.topic", "kdsync.partition", "kdsync.offset")
 
@@ -78,19 +85,23 @@ class TopicFollower:
         ``security.protocol``, ``sasl.*`` and ``ssl.*``."""
         self.topic = topic
         self.bootstrap = bootstrap
-        self._consumer = consumer or Consumer(
-            {
-                **(properties or {}),
-                "bootstrap.servers": bootstrap,
-                "group.id": f"kdsync-verification-{topic}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-            }
-        )
+        config = {
+            **(properties or {}),
+            "bootstrap.servers": bootstrap,
+            "group.id": f"kdsync-verification-{topic}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+        # A consumer handed in is kept; one made here is replaced when it stops fetching.
+        self._make_consumer = None if consumer is not None else (lambda: Consumer(config))
+        self._consumer = consumer or Consumer(config)
         self._partitions: list[int] = []
         self._reached: dict[int, int] = {}  # partition -> offset of the last end-of-partition
+        self._next: dict[int, int] = {}  # partition -> next offset to read
+        self._moved_at = time.monotonic()  # when a record or an end was last read
+        self.consumers_replaced = 0
         self.records: list[tuple[int, int, SourceRecord]] = []  # partition, offset, record
 
     def _assign(self) -> bool:
@@ -110,6 +121,7 @@ class TopicFollower:
         while True:
             batch = self._consumer.consume(num_messages=10_000, timeout=max_seconds)
             if not batch:
+                self._unstick()
                 return added
             added += self._take(batch)
             max_seconds = 0.05
@@ -152,11 +164,51 @@ class TopicFollower:
             batch = self._consumer.consume(num_messages=10_000, timeout=min(left, 1.0))
             if batch:  # records, or a partition's end reached: both are progress
                 last_progress = time.monotonic()
+            else:
+                self._unstick()
             added += self._take(batch)
         return added
 
+    def _unstick(self) -> None:
+        """Replace the consumer if it has read nothing for STALL_SECONDS while its
+        partitions hold more: after a broker restart librdkafka can stop fetching an
+        assigned partition for good, reporting nothing (see SourceReader._check_stalled),
+        and a check would then wait out its deadline on a topic that is complete."""
+        if self._make_consumer is None or time.monotonic() - self._moved_at < STALL_SECONDS:
+            return
+        self._moved_at = time.monotonic()
+        behind: list[int] = []
+        for p in self._partitions:
+            try:
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=5.0, cached=False
+                )
+            except KafkaException:
+                return  # the broker does not answer: not a stuck consumer
+            if high > self._next.get(p, 0):
+                behind.append(p)
+        if not behind:
+            return
+        log.warning(
+            "%s at %s: nothing read for %.0fs although partitions %s hold more; "
+            "replacing the consumer",
+            self.topic,
+            self.bootstrap,
+            STALL_SECONDS,
+            behind,
+        )
+        old, self._consumer = self._consumer, self._make_consumer()
+        self.consumers_replaced += 1
+        self._consumer.assign(
+            [TopicPartition(self.topic, p, self._next.get(p, 0)) for p in self._partitions]
+        )
+        # Closing the stuck client may wait on it.
+        threading.Thread(target=old.close, daemon=True).start()
+
     def _take(self, batch: list[Message]) -> int:
         added = 0
+        if batch:
+            self._moved_at = time.monotonic()
         for message in batch:
             error = message.error()
             partition, offset = message.partition(), message.offset()
@@ -164,6 +216,7 @@ class TopicFollower:
                 if error.code() == KafkaError._PARTITION_EOF:
                     if partition is not None and offset is not None:
                         self._reached[partition] = max(self._reached.get(partition, 0), offset)
+                        self._next[partition] = max(self._next.get(partition, 0), offset)
                     continue
                 raise RuntimeError(f"reading {self.topic}: {error}")
             assert partition is not None and offset is not None
@@ -172,6 +225,7 @@ class TopicFollower:
                 message.key(), message.value(), _headers(message.headers()), timestamp
             )
             self.records.append((partition, offset, record))
+            self._next[partition] = offset + 1
             added += 1
         return added
 

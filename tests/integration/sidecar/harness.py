@@ -57,7 +57,12 @@ def brief_status(group: LocalSidecarGroup) -> str:
             continue
         out[name] = {
             k: status.get(k)
-            for k in ("phase", "role", "ready", "notReadyReasons", "deliveredSeq", "halted")
+            for k in (
+                *("phase", "role", "ready", "notReadyReasons", "deliveredSeq", "halted"),
+                # Where an origin's events wait, when they stop arriving.
+                *("eventsIn", "outboxBatches", "sourceHeld", "sourceQueued"),
+                "sourceReadAgoSeconds",
+            )
         }
     return json.dumps(out)
 
