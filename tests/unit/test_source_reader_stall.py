@@ -137,7 +137,8 @@ def wait_until(what: str, condition: Callable[[], bool], timeout: float = 10.0) 
 
 def test_a_consumer_that_stops_fetching_is_replaced_and_reading_goes_on_exactly() -> None:
     stuck, fresh = FakeConsumer(stuck_at=5), FakeConsumer(stuck_at=10)
-    harness = Harness([stuck, fresh], FakeTopics(lambda: 10))
+    committed = iter(range(10, 1000))  # records keep being committed; none reach us
+    harness = Harness([stuck, fresh], FakeTopics(lambda: next(committed)))
     reader = harness.reader
     read: list[int] = []
     reader.start()
@@ -151,11 +152,12 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_reading_goes_on_exactly(
     assert fresh.assigned == [(TOPIC, 0, 5)], "the new consumer starts where the old one stopped"
     assert stuck.closed.is_set()
     assert reader.consumers_replaced == 1
-    assert reader.last_error is not None and f"{TOPIC}[0]: 5, 10" in reader.last_error
+    assert reader.last_error is not None and f"{TOPIC}[0]: 5, 11" in reader.last_error
 
 
 def test_a_partition_read_to_its_end_keeps_its_consumer() -> None:
-    topics = FakeTopics(lambda: 5)
+    # Its last stable offset is past the last record (a transaction marker), not growing.
+    topics = FakeTopics(lambda: 6)
     harness = Harness([FakeConsumer(stuck_at=5)], topics)
     harness.reader.start()
     try:

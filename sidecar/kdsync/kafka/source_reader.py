@@ -93,6 +93,7 @@ class SourceReader:
         # each last moved forward (for _check_stalled).
         self._from_beginning: set[tuple[str, int]] = set()
         self._progress_at: dict[tuple[str, int], float] = {}
+        self._quiet_ends: dict[tuple[str, int], int] = {}  # last stable offsets last asked
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kdsync-source", daemon=True)
         self._close_lock = threading.Lock()
@@ -228,9 +229,13 @@ class SourceReader:
         fetching a partition for good while reporting nothing (librdkafka issues 5153 and
         4492; seen here in the broker-restart test). That member's events would silently
         stop entering the order. So a partition with nothing read for _STALL_SECONDS is
-        compared with its last stable offset, asked through the admin client: committed
-        records beyond the consumer's position mean the consumer is stuck, and a new one
-        reads on from the same positions (nothing skipped, nothing read twice)."""
+        compared with its last stable offset, asked through the admin client; a new
+        consumer reads on from the same positions (nothing skipped, nothing read twice).
+
+        Stuck means: nothing read for _STALL_SECONDS while the last stable offset grew
+        past the position. An idle partition's offset does not grow, and the growth test
+        needs no exact position (transaction markers and deleted records sit between the
+        last record read and that offset), so a healthy consumer is never replaced."""
         now = time.monotonic()
         quiet = [
             where
@@ -241,26 +246,25 @@ class SourceReader:
             return
         try:
             ends = self._topics.committed_ends(quiet)
-        except KafkaException:
+        except (KafkaException, TimeoutError):
             return  # the brokers do not answer: not a stuck consumer; asked again later
+        stuck: dict[tuple[str, int], tuple[int, int]] = {}
         for where in quiet:
             self._progress_at[where] = now
-        fetched = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in self._consumer.position([TopicPartition(t, p) for t, p in quiet])
-        }
-        stuck = {
-            where: (position, ends[where])
-            for where in quiet
-            if where in ends
-            and ends[where] > (position := max(fetched.get(where, -1), self._assigned[where]))
-        }
+            before, end = self._quiet_ends.get(where), ends.get(where)
+            if end is None:
+                continue
+            self._quiet_ends[where] = end
+            position = self._assigned[where]
+            if before is not None and end > before and end > position:
+                stuck[where] = (position, end)
         if stuck:
             self._note_error(
                 "the source consumer stopped fetching although committed records wait "
                 "(partition: position, last stable offset) "
                 + ", ".join(f"{t}[{p}]: {a}, {b}" for (t, p), (a, b) in sorted(stuck.items()))
-                + f", nothing read for {self._stall_seconds:.0f}s; replaced it, reading on from "
+                + f", nothing read for {self._stall_seconds:.0f}s while more was committed; "
+                "replaced it, reading on from "
                 "the same positions"
             )
             self._replace_consumer()
@@ -298,6 +302,7 @@ class SourceReader:
         now = time.monotonic()
         for where, events in by_partition.items():
             self._progress_at[where] = now
+            self._quiet_ends.pop(where, None)
             self._from_beginning.discard(where)
             self._cut(where, events)
         self._on_batches()
