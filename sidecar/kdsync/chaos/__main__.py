@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="events/s into each origin")
     parser.add_argument("--run-dir", type=Path, default=None, help="logs and data (default: tmp)")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here")
+    parser.add_argument(
+        "--no-audit", action="store_true", help="skip the Spark audit after the final check"
+    )
     parser.add_argument("--print-schedule", action="store_true", help="print the schedule and exit")
     args = parser.parse_args(argv)
     try:
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir=run_dir,
             schedule=schedule,
             rate_per_origin=args.rate,
+            audit=not args.no_audit,
         )
     )
     report = campaign.run(progress=lambda line: print(line, flush=True))

@@ -16,7 +16,8 @@ Each fault of the schedule is injected, held, healed; then the campaign waits un
 member is ready and every ``T-global`` holds every event acknowledged before the heal, and
 records that time as the fault's recovery time. At the end the traffic stops and
 :func:`kdsync.verification.group_check.verify_group` checks agreement, exactly-once, no
-loss, origin order and fidelity over everything written.
+loss, origin order and fidelity over everything written, and the Spark audit
+(``kdsync audit``, loaded only then) checks the same topics a second, independent way.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class CampaignSettings:
     recovery_timeout_s: float = 120.0  # a heal not recovered by then is a violation
     settle_s: float = 2.0  # quiet traffic between recovery and the next fault
     verify_timeout_s: float = 240.0
+    audit: bool = True  # run the Spark audit after the independent checker
 
     def schedule_settings(self) -> ScheduleSettings:
         return self.schedule or ScheduleSettings(members=MEMBERS, faults=self.faults)
@@ -96,6 +98,9 @@ class CampaignReport:
     # Sidecars that stopped themselves on purpose (e.g. their broker unreachable for longer
     # than a timeout) and were restarted, as Kubernetes would: availability, not safety.
     unplanned_exits: list[str] = field(default_factory=list)
+    # The Spark audit's verdict: "passed", "violations", "could not run", or "not run".
+    audit: str = "not run"
+    audit_report: str | None = None  # its JSON report
     duration_s: float = 0.0
 
     @property
@@ -142,6 +147,10 @@ class CampaignReport:
             "peak sidecar RSS while held (MiB): "
             + ", ".join(f"{k} {v}" for k, v in self.peak_rss_mib.items())
         )
+        lines.append(
+            f"Spark audit: {self.audit}"
+            + (f" (report {self.audit_report})" if self.audit_report else "")
+        )
         lines += [f"unplanned exit (restarted): {e}" for e in self.unplanned_exits]
         lines += [f"VIOLATION: {v}" for v in self.violations]
         return "\n".join(lines)
@@ -182,6 +191,8 @@ class Campaign:
             self._set_up(progress)
             self._carry_out(progress)
             self._final_check(progress)
+            if self.settings.audit:
+                self._spark_audit(progress)
         finally:
             self.report.duration_s = round(time.monotonic() - began, 1)
             self._tear_down()
@@ -494,6 +505,32 @@ class Campaign:
             self.report.events_checked = result.events
         except (VerificationFailed, WaitTimeout) as failure:
             self.report.violations.append(f"final check: {failure}")
+
+    def _spark_audit(self, progress: Callable[[str], None]) -> None:
+        """``kdsync audit`` over every member's T-global and T, as a user would run it after
+        a failover drill: a second check, by Spark, independent of the one above."""
+        assert self._group is not None
+        progress("Spark audit (kdsync audit) over every T-global and T")
+        try:
+            from kdsync.audit.command import main as audit_main  # noqa: PLC0415 (loads Spark)
+        except ImportError as error:
+            self.report.audit = "could not run"
+            self.report.violations.append(f"Spark audit: not available ({error})")
+            return
+        report = self.settings.run_dir / "audit-report.json"
+        config = self._group.members[self.members[0]].config_path
+        code = audit_main(["--config", str(config), "--report", str(report)])
+        self.report.audit_report = str(report)
+        if code == 0:
+            self.report.audit = "passed"
+        elif code == 1:
+            self.report.audit = "violations"
+            self.report.violations.append(f"Spark audit: violations found; see {report}")
+        else:
+            self.report.audit = "could not run"
+            self.report.violations.append(
+                f"Spark audit: could not run (exit {code}; its stderr line says why)"
+            )
 
 
 def stop_reason(log_path: Path) -> str | None:

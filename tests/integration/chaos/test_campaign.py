@@ -1,4 +1,5 @@
-"""The CI-sized fault campaign: every fault kind once, under traffic, then the full check.
+"""The CI-sized fault campaign: every fault kind once, under traffic, then the full check by
+the independent checker and by the Spark audit.
 
 Real brokers (three of its own, so killing one disturbs no other test), real sidecars with
 mutual TLS, toxiproxy (built by hack/fetch-toxiproxy) on every peer link and in front of
@@ -51,3 +52,4 @@ def test_every_fault_kind_under_traffic_leaves_the_group_correct(
     assert all(outcome.recovery_s is not None for outcome in report.outcomes)
     assert report.events_written > 0
     assert report.events_checked == report.events_written
+    assert report.audit == "passed", report.audit
