@@ -1,10 +1,23 @@
-"""The campaign's bookkeeping: figures per kind, and telling a deliberate stop from a crash."""
+"""The campaign's bookkeeping: figures per kind, telling a deliberate stop from a crash, and
+the Spark audit's verdict."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
-from kdsync.chaos.campaign import CampaignReport, FaultOutcome, stop_reason
+import pytest
+
+from kdsync.audit import command as audit_command
+from kdsync.chaos.campaign import (
+    Campaign,
+    CampaignReport,
+    CampaignSettings,
+    FaultOutcome,
+    stop_reason,
+)
+from kdsync.local_group import LocalSidecarGroup
 
 
 def outcome(kind: str, recovery: float | None, rss: float) -> FaultOutcome:
@@ -50,3 +63,40 @@ def test_only_the_last_run_of_an_appended_log_counts(tmp_path: Path) -> None:
     assert stop_reason(log) == "broker away"  # however much noise follows the stop line
     log.write_text(first_run + noise + first_run.splitlines()[0] + "\n" + noise)
     assert stop_reason(log) is None  # the second run logged no stop of its own
+
+
+def _campaign_after_its_run(tmp_path: Path) -> Campaign:
+    campaign = Campaign(CampaignSettings(seed=1, faults=1, run_dir=tmp_path))
+    member = SimpleNamespace(config_path=tmp_path / "m1.yaml")
+    campaign._group = cast(LocalSidecarGroup, SimpleNamespace(members={"m1": member}))
+    return campaign
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "verdict", "violation"),
+    [(0, "passed", None), (1, "violations", "violations found"), (2, "could not run", "exit 2")],
+)
+def test_the_spark_audit_verdict_counts_like_the_checkers(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    exit_code: int,
+    verdict: str,
+    violation: str | None,
+) -> None:
+    calls: list[list[str]] = []
+
+    def audit_main(argv: list[str]) -> int:
+        calls.append(argv)
+        return exit_code
+
+    monkeypatch.setattr(audit_command, "main", audit_main)
+    campaign = _campaign_after_its_run(tmp_path)
+    campaign._spark_audit(progress=lambda _: None)
+    assert calls and calls[0][:2] == ["--config", str(tmp_path / "m1.yaml")]
+    assert campaign.report.audit == verdict
+    if violation is None:
+        assert campaign.report.violations == []
+    else:
+        assert len(campaign.report.violations) == 1
+        assert violation in campaign.report.violations[0]
+    assert f"Spark audit: {verdict}" in campaign.report.summary()

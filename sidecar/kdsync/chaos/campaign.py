@@ -550,13 +550,6 @@ def stop_reason(log_path: Path) -> str | None:
         if "kdsync.runtime.sidecar: member " in line and " running " in line:
             return None  # the start of the last run: it logged no stop
     return None
-    for line in reversed(lines):
-        if "Traceback" in line:
-            return None
-        marker = "sidecar stopping: "
-        if marker in line:
-            return line.split(marker, 1)[1].strip()
-    return None
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
