@@ -137,6 +137,16 @@ class ClusterClients:
             "cluster is reachable with the member's kafka settings in the config"
         )
 
+    def group_ids(self) -> list[str]:
+        """Every consumer group the cluster knows (with members or only offsets)."""
+        try:
+            result = self.admin.list_consumer_groups(request_timeout=self._timeout).result(
+                timeout=self._timeout
+            )
+        except KafkaException as exc:
+            raise self._unavailable("listing consumer groups", exc) from exc
+        return sorted(listing.group_id for listing in result.valid or [])
+
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets (partitions without one are left out)."""
         request = [ConsumerGroupTopicPartitions(group)]
