@@ -23,6 +23,7 @@ from kdsync.failover.translation import (
     source_position,
     translate_partition,
 )
+from kdsync.runtime.status_report import render
 from tests.unit.test_failover_translation import FakePartition, lay_out
 
 TOPIC = "orders-global"
@@ -225,3 +226,13 @@ def test_round_over_real_layouts_follows_what_b_has_delivered() -> None:
     assert done.writes == {(TOPIC, 0): expected}
     assert full_b.seqs_from(expected)[0] == 120  # the next record read in B is seq 120
     assert round_with(full_b, {(TOPIC, 0): expected}).writes == {}
+
+
+def test_status_table_notes_the_group_sync() -> None:
+    status = {
+        "group": "orders",
+        "member": "b",
+        "ready": True,
+        "groupOffsetSync": {"groups": 3, "inStep": 2, "waiting": {"app-eu": ["t[0]: x"]}},
+    }
+    assert "group sync: 2/3 in step, waiting: app-eu" in render([status])
