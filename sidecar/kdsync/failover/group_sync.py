@@ -121,7 +121,13 @@ class GroupOffsetSync:
             for group, members in sorted(groups.items()):
                 if self._stopping:
                     return
-                plan = self._sync_group(group, members, started, failures)
+                try:
+                    plan = self._sync_group(group, members, started, failures)
+                except Exception as exc:  # a bug or a client error we did not foresee
+                    if "unexpected" not in self._failing:
+                        log.exception("group offset sync of consumer group %s failed", group)
+                    failures["unexpected"] = f"consumer group {group}: {exc!r}"
+                    continue
                 if plan is not None:
                     plans.append(plan)
             self._finish(started, plans, len(groups), failures)
@@ -132,7 +138,7 @@ class GroupOffsetSync:
         for name, clients in self._sources.items():
             try:
                 listed = set(clients.group_ids())
-            except KafkaUnavailable as exc:
+            except Exception as exc:  # KafkaUnavailable, or anything the client raises
                 failures[f"unavailable:{name}"] = str(exc)
                 continue
             # Named groups are looked up even when a listing leaves them out.
@@ -216,7 +222,7 @@ class GroupOffsetSync:
             self.state.errors[kind] = self.state.errors.get(kind, 0) + 1
             self.state.last_error = message
             self._observer.failed(kind)
-            if kind not in self._failing:
+            if kind not in self._failing and kind != "unexpected":  # that one has its trace
                 log.warning("group offset sync (%s): %s", kind, message)
         for kind in sorted(self._failing - set(failures)):
             log.info("group offset sync: %s recovered", kind)

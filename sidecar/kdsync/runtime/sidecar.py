@@ -228,9 +228,17 @@ class Sidecar:
     async def _group_sync_loop(self) -> None:
         """Group offset sync rounds in a worker thread (they block on Kafka), one at a
         time; a round never raises (failures are counted and shown in /status)."""
-        sync = await asyncio.to_thread(GroupOffsetSync, self.config, GroupSyncMetrics(self.metrics))
-        self._group_sync = sync
         interval = self.config.group_offset_sync.interval_seconds
+        observer = GroupSyncMetrics(self.metrics)
+        sync: GroupOffsetSync | None = None
+        while sync is None:
+            try:
+                sync = await asyncio.to_thread(GroupOffsetSync, self.config, observer)
+            except Exception as exc:  # clients that cannot be made now may be later
+                observer.failed("clients")
+                log.warning("group offset sync cannot start yet: %s", exc)
+                await asyncio.sleep(max(interval, 5.0))
+        self._group_sync = sync
         while True:
             await asyncio.to_thread(sync.run_round)
             await asyncio.sleep(interval)
