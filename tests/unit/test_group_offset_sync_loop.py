@@ -179,3 +179,18 @@ def test_an_unexpected_error_is_counted_not_raised(
     sync.run_round()
     assert sync.status()["errors"] == {"unexpected": 1}
     assert "surprise" in str(sync.status()["lastError"])
+
+
+def test_offsets_gone_in_b_are_translated_afresh(clusters: dict[str, FakeCluster]) -> None:
+    """Kafka drops the offsets of a deleted topic: a T-global made again in B has a new
+    log, where the cached positions mean nothing."""
+    a, b = clusters["a"], clusters["b"]
+    a.committed["app-1"] = {TP: a.log.committed[40].offset}
+    sync = GroupOffsetSync(_config(), Recorder())
+    sync.run_round()
+    b.log = lay_out(list(range(30, 100)), random.Random(9))  # made again, from seq 30 on
+    b.committed.clear()
+    translated = b.translations
+    sync.run_round()
+    assert b.translations > translated
+    assert b.writes[-1] == ("app-1", {TP: b.log.committed[9].offset + 1})  # after seq 39

@@ -72,6 +72,20 @@ def _settled(translation: GroupTranslation) -> bool:
     return all(p.outcome in (Outcome.EXACT, Outcome.NO_OFFSET) for p in translation.partitions)
 
 
+def _offsets_kept(translation: GroupTranslation, target_committed: Mapping[Partition, int]) -> bool:
+    """Whether B still has an offset of the group where the translation has a position.
+
+    Kafka drops a group's offsets of a deleted topic: a ``T-global`` deleted and made
+    again in B (docs/operations.md) then has no offset, and the cached positions, which
+    point into the old log, must be translated afresh.
+    """
+    return all(
+        (p.topic, p.partition) in target_committed
+        for p in translation.partitions
+        if p.outcome is Outcome.EXACT
+    )
+
+
 class GroupOffsetSync:
     """One member's pull of consumer group offsets from the other data members."""
 
@@ -130,6 +144,9 @@ class GroupOffsetSync:
                     continue
                 if plan is not None:
                     plans.append(plan)
+            # Forget groups that are gone (or no longer selected).
+            self._cache = {k: v for k, v in self._cache.items() if k[1] in groups}
+            self._pending_since = {k: v for k, v in self._pending_since.items() if k[0] in groups}
             self._finish(started, plans, len(groups), failures)
 
     def _selected_groups(self, failures: dict[str, str]) -> dict[str, list[str]]:
@@ -148,17 +165,28 @@ class GroupOffsetSync:
         return found
 
     def _translations(
-        self, group: str, members: list[str], failures: dict[str, str]
-    ) -> list[GroupTranslation] | None:
+        self,
+        group: str,
+        members: list[str],
+        target_committed: Mapping[Partition, int],
+        failures: dict[str, str],
+    ) -> tuple[list[GroupTranslation], bool] | None:
+        """The group's translations from ``members``, and whether any was made afresh."""
         translations: list[GroupTranslation] = []
+        fresh = False
         for name in members:
             source = self._sources[name]
             try:
                 committed = source.committed_offsets(group)
                 cached = self._cache.get((name, group))
-                if cached is not None and cached.committed == committed:
+                if (
+                    cached is not None
+                    and cached.committed == committed
+                    and _offsets_kept(cached.translation, target_committed)
+                ):
                     translations.append(cached.translation)
                     continue
+                fresh = True
                 translation = translate_group(
                     self._config.topics, group, source, self._target, committed
                 )
@@ -176,16 +204,23 @@ class GroupOffsetSync:
             else:
                 self._cache.pop((name, group), None)
             translations.append(translation)
-        return translations
+        return translations, fresh
 
     def _sync_group(
         self, group: str, members: list[str], started: float, failures: dict[str, str]
     ) -> GroupPlan | None:
-        translations = self._translations(group, members, failures)
-        if translations is None:
-            return None
         try:
             committed = self._target.committed_offsets(group)
+        except KafkaUnavailable as exc:
+            failures["unavailable:" + self._config.member] = str(exc)
+            return None
+        made = self._translations(group, members, committed, failures)
+        if made is None:
+            return None
+        translations, fresh = made
+        try:
+            if fresh:  # translating took a while: look at B again
+                committed = self._target.committed_offsets(group)
             active = bool(self._target.active_members(group))
         except KafkaUnavailable as exc:
             failures["unavailable:" + self._config.member] = str(exc)
