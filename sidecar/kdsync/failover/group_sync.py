@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from kdsync.config import SidecarConfig
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 # Seconds per Kafka request in a round: short, so a member that is away costs a round
 # little (its groups are synced again by the next round that reaches it).
 REQUEST_TIMEOUT = 10.0
+# A group's exact translation from a member, unchanged there, is reused this long.
+CACHE_SECONDS = 60.0
 
 
 class SyncObserver(Protocol):
@@ -54,6 +56,8 @@ class SyncState:
     offsets_written: int = 0
     last_round_at: float | None = None  # monotonic, end of the last completed round
     last_round_seconds: float = 0.0
+    max_round_seconds: float = 0.0
+    translated: int = 0  # group translations made afresh (not from the cache) since start
     groups: int = 0
     in_step: int = 0
     waiting: dict[str, list[str]] = field(default_factory=dict)  # group -> "t[p]: why"
@@ -63,8 +67,10 @@ class SyncState:
 
 @dataclass(frozen=True)
 class _Cached:
-    committed: Mapping[Partition, int]
+    committed: Mapping[Partition, int]  # the group's offsets in A it was made from
     translation: GroupTranslation
+    made_at: float  # monotonic
+    kept_in_target: frozenset[Partition]  # exact positions B had an offset for then
 
 
 def _settled(translation: GroupTranslation) -> bool:
@@ -72,17 +78,34 @@ def _settled(translation: GroupTranslation) -> bool:
     return all(p.outcome in (Outcome.EXACT, Outcome.NO_OFFSET) for p in translation.partitions)
 
 
-def _offsets_kept(translation: GroupTranslation, target_committed: Mapping[Partition, int]) -> bool:
-    """Whether B still has an offset of the group where the translation has a position.
-
-    Kafka drops a group's offsets of a deleted topic: a ``T-global`` deleted and made
-    again in B (docs/operations.md) then has no offset, and the cached positions, which
-    point into the old log, must be translated afresh.
-    """
-    return all(
-        (p.topic, p.partition) in target_committed
+def _exact_in(
+    translation: GroupTranslation, target_committed: Mapping[Partition, int]
+) -> frozenset[Partition]:
+    return frozenset(
+        (p.topic, p.partition)
         for p in translation.partitions
-        if p.outcome is Outcome.EXACT
+        if p.outcome is Outcome.EXACT and (p.topic, p.partition) in target_committed
+    )
+
+
+def _still_valid(
+    cached: _Cached,
+    committed: Mapping[Partition, int],
+    target_committed: Mapping[Partition, int],
+    now: float,
+) -> bool:
+    """Whether a cached translation may stand in for a new one.
+
+    Only for the same offsets in A, and while B keeps the group's offsets it had: Kafka
+    drops a group's offsets of a deleted topic, so a ``T-global`` deleted and made again
+    in B (docs/operations.md), whose new log the cached positions do not point into,
+    shows as offsets gone. A cache entry also ages out, which bounds how long any other
+    change in B could go unnoticed.
+    """
+    return (
+        cached.committed == committed
+        and now - cached.made_at < CACHE_SECONDS
+        and cached.kept_in_target <= frozenset(target_committed)
     )
 
 
@@ -179,14 +202,13 @@ class GroupOffsetSync:
             try:
                 committed = source.committed_offsets(group)
                 cached = self._cache.get((name, group))
-                if (
-                    cached is not None
-                    and cached.committed == committed
-                    and _offsets_kept(cached.translation, target_committed)
-                ):
+                now = time.monotonic()
+                if cached is not None and _still_valid(cached, committed, target_committed, now):
+                    self._remember_kept(name, group, target_committed)
                     translations.append(cached.translation)
                     continue
                 fresh = True
+                self.state.translated += 1
                 translation = translate_group(
                     self._config.topics, group, source, self._target, committed
                 )
@@ -200,11 +222,20 @@ class GroupOffsetSync:
                 failures["record-format"] = str(exc)
                 return None
             if _settled(translation):
-                self._cache[(name, group)] = _Cached(dict(committed), translation)
+                self._cache[(name, group)] = _Cached(
+                    dict(committed), translation, now, _exact_in(translation, target_committed)
+                )
             else:
                 self._cache.pop((name, group), None)
             translations.append(translation)
         return translations, fresh
+
+    def _remember_kept(self, name: str, group: str, offsets: Mapping[Partition, int]) -> None:
+        """Note partitions where B has the group's offset now (for ``_still_valid``)."""
+        cached = self._cache.get((name, group))
+        if cached is not None:
+            kept = cached.kept_in_target | _exact_in(cached.translation, offsets)
+            self._cache[(name, group)] = replace(cached, kept_in_target=kept)
 
     def _sync_group(
         self, group: str, members: list[str], started: float, failures: dict[str, str]
@@ -242,6 +273,8 @@ class GroupOffsetSync:
                 for where in plan.writes
                 if where not in plan.skipped
             ]
+            for name in members:
+                self._remember_kept(name, group, plan.writes)
             self._observer.written(group, len(plan.writes), delays)
             self.state.offsets_written += len(plan.writes)
             log.debug("consumer group %s: wrote %s", group, dict(plan.writes))
@@ -268,6 +301,7 @@ class GroupOffsetSync:
         state.rounds += 1
         state.last_round_at = time.monotonic()
         state.last_round_seconds = seconds
+        state.max_round_seconds = max(state.max_round_seconds, seconds)
         state.groups = groups
         state.in_step = in_step
         state.waiting = {
@@ -287,6 +321,8 @@ class GroupOffsetSync:
             "offsetsWritten": state.offsets_written,
             "lastRoundAgoSeconds": None if ago is None else round(ago, 1),
             "lastRoundSeconds": round(state.last_round_seconds, 3),
+            "maxRoundSeconds": round(state.max_round_seconds, 3),
+            "translations": state.translated,
             "waiting": state.waiting,
             "errors": dict(state.errors),
             "lastError": state.last_error,

@@ -123,7 +123,11 @@ class ClusterClients:
         self._timeout = timeout
         self._servers = properties.get("bootstrap.servers", "?")
         self.admin = AdminClient(admin_config(properties))
-        self.consumer = reading_consumer(properties, "kdsync-failover-reader", committed_only=True)
+        # Translation probes often read at a log's end (a group that has read everything):
+        # the broker then answers after fetch.wait.max.ms, so keep that short.
+        self.consumer = reading_consumer(
+            properties, "kdsync-failover-reader", committed_only=True, fetch_wait_ms=50
+        )
 
     def close(self) -> None:
         self.consumer.close()
