@@ -170,7 +170,7 @@ class SidecarMetrics:
         self.group_sync_errors = Counter(
             "kdsync_group_offset_sync_errors",
             "Group offset sync rounds with a failure, by kind (unavailable:<member>, "
-            "topics, record-format, write-refused); see kdsync status",
+            "topics, record-format, write-refused, unexpected, clients); see kdsync status",
             ["kind"],
             registry=r,
         )
