@@ -70,7 +70,7 @@ class _Cached:
     committed: Mapping[Partition, int]  # the group's offsets in A it was made from
     translation: GroupTranslation
     made_at: float  # monotonic
-    kept_in_target: frozenset[Partition]  # exact positions B had an offset for then
+    kept_in_target: frozenset[Partition]  # exact positions B has had an offset for since
 
 
 def _settled(translation: GroupTranslation) -> bool:
