@@ -225,6 +225,9 @@ def sidecar_config(
     ordering = spec.ordering.as_config()
     if ordering:
         config["ordering"] = ordering
+    group_offset_sync = spec.group_offset_sync.as_config()
+    if group_offset_sync:
+        config["groupOffsetSync"] = group_offset_sync
     return config, problems
 
 
@@ -254,7 +257,7 @@ def config_problems(group: Group, secrets: SecretData | None = None) -> list[Spe
 
 def _config_path_to_spec(path: str, group: Group) -> str:
     """Maps a sidecar config path (``members[1].kafka.properties``) to the spec field."""
-    if path.startswith(("members", "topics", "ordering")):
+    if path.startswith(("members", "topics", "ordering", "groupOffsetSync")):
         return f"spec.{path}"
     if path == "group":
         return "metadata.name"

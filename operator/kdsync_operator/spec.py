@@ -91,6 +91,32 @@ class OrderingSpec(_Model):
         }
 
 
+class GroupOffsetSyncSpec(_Model):
+    """Consumer groups of ``T-global`` each member keeps in step from the others."""
+
+    groups: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    interval_seconds: float | None = None
+
+    def as_config(self) -> dict[str, Any]:
+        """The sidecar's ``groupOffsetSync`` section; empty when no group is selected."""
+        if not self.groups and not self.include:
+            return {}
+        section: dict[str, Any] = {
+            key: list(values)
+            for key, values in (
+                ("groups", self.groups),
+                ("include", self.include),
+                ("exclude", self.exclude),
+            )
+            if values
+        }
+        if self.interval_seconds is not None:
+            section["intervalSeconds"] = self.interval_seconds
+        return section
+
+
 class SidecarSpec(_Model):
     image: str = DEFAULT_SIDECAR_IMAGE
     image_pull_policy: str = "IfNotPresent"
@@ -127,6 +153,7 @@ class KdsyncGroupSpec(_Model):
     topics: TopicsSpec
     transport: TransportSpec = Field(default_factory=TransportSpec)
     ordering: OrderingSpec = Field(default_factory=OrderingSpec)
+    group_offset_sync: GroupOffsetSyncSpec = Field(default_factory=GroupOffsetSyncSpec)
     sidecar: SidecarSpec = Field(default_factory=SidecarSpec)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     deletion_policy: Literal["Retain"] = "Retain"

@@ -56,9 +56,11 @@ class LocalSidecarGroup:
         member_order: Sequence[str] | None = None,
         peer_routes: Mapping[str, Mapping[str, str]] | None = None,
         kafka_properties: Mapping[str, Mapping[str, str]] | None = None,
+        group_offset_sync: Mapping[str, Any] | None = None,
     ) -> None:
         """``clusters``: data member name -> bootstrap servers of its Kafka cluster;
-        ``kafka_properties``: data member -> its ``kafka.properties`` (e.g. SASL_SSL).
+        ``kafka_properties``: data member -> its ``kafka.properties`` (e.g. SASL_SSL);
+        ``group_offset_sync``: every member's ``groupOffsetSync`` section.
 
         ``peer_routes`` (member -> other member -> address) makes each member dial the others
         at those addresses (proxies, in the fault campaigns) while it listens on its own
@@ -109,6 +111,8 @@ class LocalSidecarGroup:
                 "http": http,
                 "ordering": dict(ordering or {"tickMs": 20}),
             }
+            if group_offset_sync:
+                config["groupOffsetSync"] = dict(group_offset_sync)
             peer = f"127.0.0.1:{ports[2 * i]}"
             if routes:
                 config["listen"] = peer

@@ -63,6 +63,17 @@ def test_every_member_config_is_a_valid_sidecar_config_differing_only_in_member(
     assert configs["a"]["members"][1]["peer"] == "g-b-0.g-peers.ns.svc:7070"
 
 
+def test_group_offset_sync_reaches_every_member_config() -> None:
+    group = make_group(groupOffsetSync={"include": ["app-.*"], "intervalSeconds": 2})
+    for member in ("a", "b", "w"):
+        data, _ = children.sidecar_config(group, member)
+        assert data["groupOffsetSync"] == {"include": ["app-.*"], "intervalSeconds": 2}
+        sync = parse_config(data, check_files=False).group_offset_sync
+        assert sync.enabled and sync.selects("app-eu") and sync.interval_seconds == 2
+    data, _ = children.sidecar_config(make_group(groupOffsetSync={"exclude": ["x"]}), "a")
+    assert "groupOffsetSync" not in data  # nothing selected: off, and no section at all
+
+
 def test_children_carry_owner_references_and_group_labels() -> None:
     bundle = build(make_group())
     objects = bundle.shared + [o for objs in bundle.members.values() for o in objs]
@@ -264,6 +275,7 @@ def test_audit_objects_for_a_one_off_and_a_scheduled_check() -> None:
         ({"topics": {"names": ["x"], "exclude": ["+"]}}, "spec.topics.exclude[0]"),
         ({"topics": {"names": ["x-global"]}}, "spec.topics.names[0]"),
         ({"topics": {"names": ["x"], "globalPartitions": "many"}}, "spec.topics.globalPartitions"),
+        ({"groupOffsetSync": {"include": ["(["]}}, "spec.groupOffsetSync.include[0]"),
         (
             {
                 "members": [

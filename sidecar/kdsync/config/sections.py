@@ -1,7 +1,8 @@
 """The sections of a sidecar config, each a frozen pydantic model with its own checks.
 
 ``members[]`` (``MemberConfig`` with its ``KafkaConfig``), ``topics`` (``TopicsConfig``),
-``tls`` (``TlsConfig``) and ``ordering`` (``OrderingConfig``). Rules that relate several
+``tls`` (``TlsConfig``), ``ordering`` (``OrderingConfig``) and ``groupOffsetSync``
+(``GroupOffsetSyncConfig``). Rules that relate several
 sections live in ``kdsync.config.group_rules``; the whole file is ``SidecarConfig``.
 """
 
@@ -304,6 +305,63 @@ class TopicsConfig(ConfigModel):
 
     def global_topic(self, topic: str) -> str:
         return naming.global_topic(topic, self.global_suffix)
+
+
+class GroupOffsetSyncConfig(ConfigModel):
+    """Which consumer groups of ``T-global`` this member keeps in step with the others.
+
+    Off unless ``groups`` or ``include`` names one. Patterns never select kdsync's own
+    groups (``kdsync-...``); name one in ``groups`` to sync it anyway.
+    """
+
+    groups: tuple[str, ...] = Field(default=(), description="explicit consumer group ids")
+    include: tuple[str, ...] = Field(
+        default=(), description="regular expressions; groups whose whole id matches one"
+    )
+    exclude: tuple[str, ...] = Field(
+        default=(), description="regular expressions; groups matching one are never synced"
+    )
+    interval_seconds: float = Field(
+        default=5.0,
+        ge=0.1,
+        le=3600.0,
+        description="pause between two sync rounds (the lag bound grows with it)",
+    )
+
+    @field_validator("groups")
+    @classmethod
+    def _groups(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        problems: list[tuple[Loc, str, str]] = []
+        seen: set[str] = set()
+        for index, name in enumerate(value):
+            if not name.strip():
+                problems.append(((index,), "a consumer group id is empty", "remove it"))
+            elif name in seen:
+                problems.append(((index,), f"group {name!r} is listed twice", "remove one"))
+            seen.add(name)
+        if problems:
+            raise Invalid(*problems)
+        return value
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _compile_patterns(value)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.groups or self.include)
+
+    def selects(self, group: str) -> bool:
+        """Named in ``groups``, or fully matching an ``include`` pattern (kdsync's own
+        groups excepted) and no ``exclude`` pattern."""
+        if group in self.groups:
+            return True
+        if group.startswith(naming.INTERNAL_PREFIX):
+            return False
+        if not any(re.fullmatch(p, group) for p in self.include):
+            return False
+        return not any(re.fullmatch(p, group) for p in self.exclude)
 
 
 def _check_file(value: Path, info: ValidationInfo) -> Path:

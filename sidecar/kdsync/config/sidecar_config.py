@@ -11,6 +11,7 @@ from kdsync.config.group_rules import group_problems
 from kdsync.config.problems import Invalid, invalid
 from kdsync.config.sections import (
     ConfigModel,
+    GroupOffsetSyncConfig,
     MemberConfig,
     OrderingConfig,
     TlsConfig,
@@ -45,6 +46,10 @@ class SidecarConfig(ConfigModel):
     )
     ordering: OrderingConfig = Field(
         default_factory=OrderingConfig, description="ordering core timing"
+    )
+    group_offset_sync: GroupOffsetSyncConfig = Field(
+        default_factory=GroupOffsetSyncConfig,
+        description="consumer groups of T-global kept in step from the other members",
     )
 
     @field_validator("group")

@@ -123,7 +123,11 @@ class ClusterClients:
         self._timeout = timeout
         self._servers = properties.get("bootstrap.servers", "?")
         self.admin = AdminClient(admin_config(properties))
-        self.consumer = reading_consumer(properties, "kdsync-failover-reader", committed_only=True)
+        # Translation probes often read at a log's end (a group that has read everything):
+        # the broker then answers after fetch.wait.max.ms, so keep that short.
+        self.consumer = reading_consumer(
+            properties, "kdsync-failover-reader", committed_only=True, fetch_wait_ms=50
+        )
 
     def close(self) -> None:
         self.consumer.close()
@@ -136,6 +140,16 @@ class ClusterClients:
             f"{what} in {self.name} ({self._servers}) failed: {exc}. Fix: check that the "
             "cluster is reachable with the member's kafka settings in the config"
         )
+
+    def group_ids(self) -> list[str]:
+        """Every consumer group the cluster knows (with members or only offsets)."""
+        try:
+            result = self.admin.list_consumer_groups(request_timeout=self._timeout).result(
+                timeout=self._timeout
+            )
+        except KafkaException as exc:
+            raise self._unavailable("listing consumer groups", exc) from exc
+        return sorted(listing.group_id for listing in result.valid or [])
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets (partitions without one are left out)."""

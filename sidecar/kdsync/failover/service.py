@@ -11,7 +11,7 @@ its own position anyway).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kdsync.config import SidecarConfig, TopicsConfig
@@ -58,6 +58,54 @@ def _clients(config: SidecarConfig, member: str, timeout: float) -> ClusterClien
     raise FailoverRefused(f"member {member!r} is not in the config; data members: {names}")
 
 
+def translate_group(
+    topics: TopicsConfig,
+    group: str,
+    source: ClusterClients,
+    target: ClusterClients,
+    committed: Mapping[tuple[str, int], int] | None = None,
+) -> GroupTranslation:
+    """Translate ``group``'s committed offsets on every ``T-global`` from ``source`` onto
+    ``target`` (``committed``: the group's offsets in ``source``, if already read)."""
+    if committed is None:
+        committed = source.committed_offsets(group)
+    names = sorted({topic for topic, _ in committed})
+    chosen = [t for t in names if is_global_topic(topics, t)]
+    partitions: list[PartitionTranslation] = []
+    for topic in chosen:
+        count = source.partition_count(topic) or 0
+        target_count = target.partition_count(topic)
+        if target_count is None:
+            raise FailoverRefused(
+                f"{topic} does not exist in {target.name}; is its sidecar running?"
+            )
+        if target_count != count:
+            raise FailoverRefused(
+                f"{topic} has {count} partition(s) in {source.name} and "
+                f"{target_count} in {target.name}; they must be equal "
+                "(topics.globalPartitions)"
+            )
+        for partition in range(count):
+            offset = committed.get((topic, partition))
+            position = (
+                None
+                if offset is None
+                else source_position(source.partition_log(topic, partition), offset)
+            )
+            partitions.append(
+                translate_partition(
+                    topic, partition, position, target.partition_log(topic, partition)
+                )
+            )
+    return GroupTranslation(
+        group,
+        source.name,
+        target.name,
+        tuple(partitions),
+        tuple(t for t in names if t not in chosen),
+    )
+
+
 class Failover:
     """Translation from one member's cluster to another's (clients open until close)."""
 
@@ -87,42 +135,7 @@ class Failover:
         self.close()
 
     def translate_once(self, group: str) -> GroupTranslation:
-        committed = self.source.committed_offsets(group)
-        topics = sorted({topic for topic, _ in committed})
-        chosen = [t for t in topics if is_global_topic(self._config.topics, t)]
-        partitions: list[PartitionTranslation] = []
-        for topic in chosen:
-            count = self.source.partition_count(topic) or 0
-            target_count = self.target.partition_count(topic)
-            if target_count is None:
-                raise FailoverRefused(
-                    f"{topic} does not exist in {self.target_name}; is its sidecar running?"
-                )
-            if target_count != count:
-                raise FailoverRefused(
-                    f"{topic} has {count} partition(s) in {self.source_name} and "
-                    f"{target_count} in {self.target_name}; they must be equal "
-                    "(topics.globalPartitions)"
-                )
-            for partition in range(count):
-                offset = committed.get((topic, partition))
-                position = (
-                    None
-                    if offset is None
-                    else source_position(self.source.partition_log(topic, partition), offset)
-                )
-                partitions.append(
-                    translate_partition(
-                        topic, partition, position, self.target.partition_log(topic, partition)
-                    )
-                )
-        return GroupTranslation(
-            group,
-            self.source_name,
-            self.target_name,
-            tuple(partitions),
-            tuple(t for t in topics if t not in chosen),
-        )
+        return translate_group(self._config.topics, group, self.source, self.target)
 
     def translate(
         self,

@@ -18,11 +18,21 @@ from kdsync.kafka.errors import KafkaUnavailable
 
 
 def reading_consumer(
-    properties: Mapping[str, str], group_id: str, *, committed_only: bool
+    properties: Mapping[str, str],
+    group_id: str,
+    *,
+    committed_only: bool,
+    fetch_wait_ms: int | None = None,
 ) -> Consumer:
+    """A consumer that reads by assignment. ``fetch_wait_ms``: how long the broker holds
+    a fetch with nothing to return (librdkafka's ``fetch.wait.max.ms``); probes that
+    often read at the end of a log lower it, or each such read costs that long (the
+    default, 500 ms, unless the user's properties set it)."""
+    wait = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
     return Consumer(
         client_config(
             properties,
+            **wait,
             **{
                 "group.id": group_id,
                 "enable.auto.commit": False,

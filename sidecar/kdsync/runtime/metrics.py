@@ -3,6 +3,8 @@ users will recognise replication latency and record counts)."""
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kdsync.runtime.bulk_histogram import BulkHistogram
@@ -152,3 +154,69 @@ class SidecarMetrics:
             "Peer frames that could not be decoded",
             registry=r,
         )
+        self.group_sync_written = Counter(
+            "kdsync_group_offset_sync_offsets_written",
+            "Consumer group offsets written into this member by group offset sync",
+            ["group"],
+            registry=r,
+        )
+        self.group_sync_delay = Histogram(
+            "kdsync_group_offset_sync_delay_seconds",
+            "Group offset sync: from the round that first saw a group's partition behind "
+            "another member to the write of its offset here",
+            buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+            registry=r,
+        )
+        self.group_sync_errors = Counter(
+            "kdsync_group_offset_sync_errors",
+            "Group offset sync rounds with a failure, by kind (unavailable:<member>, "
+            "topics, record-format, write-refused, unexpected, clients); see kdsync status",
+            ["kind"],
+            registry=r,
+        )
+        self.group_sync_groups = Gauge(
+            "kdsync_group_offset_sync_groups",
+            "Consumer groups selected for offset sync (found in another member)",
+            registry=r,
+        )
+        self.group_sync_in_step = Gauge(
+            "kdsync_group_offset_sync_groups_in_step",
+            "Selected groups whose every partition here is at their furthest exact position",
+            registry=r,
+        )
+        self.group_sync_round_seconds = Gauge(
+            "kdsync_group_offset_sync_round_seconds",
+            "Duration of the last group offset sync round",
+            registry=r,
+        )
+        self.group_sync_round_age = Gauge(
+            "kdsync_group_offset_sync_last_round_age_seconds",
+            "Seconds since the last group offset sync round finished (-1: none yet)",
+            registry=r,
+        )
+
+
+class GroupSyncMetrics:
+    """Group offset sync's observer: its rounds' outcomes as metrics."""
+
+    def __init__(self, metrics: SidecarMetrics) -> None:
+        self._m = metrics
+        self._finished_at: float | None = None
+        metrics.group_sync_round_age.set_function(self._age)
+
+    def _age(self) -> float:
+        return -1.0 if self._finished_at is None else time.monotonic() - self._finished_at
+
+    def written(self, group: str, offsets: int, delays: list[float]) -> None:
+        self._m.group_sync_written.labels(group).inc(offsets)
+        for delay in delays:
+            self._m.group_sync_delay.observe(delay)
+
+    def failed(self, kind: str) -> None:
+        self._m.group_sync_errors.labels(kind).inc()
+
+    def round_done(self, seconds: float, groups: int, in_step: int) -> None:
+        self._finished_at = time.monotonic()
+        self._m.group_sync_round_seconds.set(seconds)
+        self._m.group_sync_groups.set(groups)
+        self._m.group_sync_in_step.set(in_step)

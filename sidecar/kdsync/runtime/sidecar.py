@@ -24,13 +24,14 @@ from kdsync import naming
 from kdsync.config import SidecarConfig
 from kdsync.driver import FRAMES_PER_TURN, DriverLimits, DriverPorts, MemberDriver
 from kdsync.driver.report import delivery_section, node_section, readiness
+from kdsync.failover.group_sync import GroupOffsetSync
 from kdsync.kafka.errors import KafkaShellError
 from kdsync.kafka.heartbeats import INTERVAL_SECONDS, HeartbeatEmitter, ensure_heartbeat_topics
 from kdsync.kafka.member_cluster import MemberCluster, MemberClusterSettings, open_member_cluster
 from kdsync.ordering import OrderingNode, Role
 from kdsync.runtime.kafka_ports import KafkaDeliveryPort, KafkaLogPort, KafkaSourcePort
 from kdsync.runtime.latency_window import LatencyWindow
-from kdsync.runtime.metrics import SidecarMetrics
+from kdsync.runtime.metrics import GroupSyncMetrics, SidecarMetrics
 from kdsync.runtime.mirror_metrics import MirrorMetrics
 from kdsync.runtime.observer import SidecarObserver
 from kdsync.transport import LinkStatus, PeerTransport, TransportClosed
@@ -66,6 +67,7 @@ class Sidecar:
         self._stopping = asyncio.Event()
         self._sources_signalled = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._group_sync: GroupOffsetSync | None = None
         self.max_loop_lag = 0.0
         self.metrics.info.labels(config.group, self.member, str(self.is_witness).lower()).set(1)
         self.metrics.group_members.set(len(config.members))
@@ -169,6 +171,8 @@ class Sidecar:
                 kafka.client_properties(), self.heartbeat_topic, self.member
             )
             tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeats"))
+            if config.group_offset_sync.enabled:
+                tasks.append(asyncio.create_task(self._group_sync_loop(), name="group-sync"))
         stop_wait = asyncio.create_task(self._stopping.wait())
         done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
         code = 0
@@ -221,6 +225,24 @@ class Sidecar:
                     self.mirror.lag(topic, partition, end - marks.get((topic, partition), 0))
             await asyncio.sleep(INTERVAL_SECONDS)
 
+    async def _group_sync_loop(self) -> None:
+        """Group offset sync rounds in a worker thread (they block on Kafka), one at a
+        time; a round never raises (failures are counted and shown in /status)."""
+        interval = self.config.group_offset_sync.interval_seconds
+        observer = GroupSyncMetrics(self.metrics)
+        sync: GroupOffsetSync | None = None
+        while sync is None:
+            try:
+                sync = await asyncio.to_thread(GroupOffsetSync, self.config, observer)
+            except Exception as exc:  # clients that cannot be made now may be later
+                observer.failed("clients")
+                log.warning("group offset sync cannot start yet: %s", exc)
+                await asyncio.sleep(max(interval, 5.0))
+        self._group_sync = sync
+        while True:
+            await asyncio.to_thread(sync.run_round)
+            await asyncio.sleep(interval)
+
     async def _let_transaction_finish(self, driver: MemberDriver) -> None:
         driver.stopping = True
         deadline = time.monotonic() + STOP_GRACE_SECONDS
@@ -228,6 +250,8 @@ class Sidecar:
             await asyncio.sleep(0.05)  # polling a condition with a deadline
 
     async def _close(self) -> None:
+        if self._group_sync is not None:
+            await asyncio.to_thread(self._group_sync.close)  # waits for a round under way
         if self._heartbeats is not None:
             await asyncio.to_thread(self._heartbeats.close)
         if self._cluster is not None:
@@ -366,6 +390,8 @@ class Sidecar:
                 f"{topic}[{partition}]": reason
                 for (topic, partition), reason in sorted(self._cluster.reader.stopped.items())
             }
+        if self._group_sync is not None:
+            doc["groupOffsetSync"] = self._group_sync.status()
         if self.transport is not None:
             doc["peers"] = {
                 p.peer: {"link": p.outbound.value, "lastError": p.last_error}

@@ -51,6 +51,14 @@ def render(statuses: Sequence[Mapping[str, Any]]) -> str:
             notes.append(f"SOURCE STOPPED: {source} (see lastSourceError)")
         if s.get("fatal"):
             notes.append(f"FAILED: {s['fatal']}")
+        sync = s.get("groupOffsetSync")
+        if sync:
+            note = f"group sync: {sync.get('inStep', 0)}/{sync.get('groups', 0)} in step"
+            if sync.get("waiting"):
+                note += f", waiting: {', '.join(sorted(sync['waiting']))}"
+            if sync.get("errors"):
+                note += f" (errors: {sync.get('lastError')})"
+            notes.append(note)
         if not s.get("ready"):
             notes.extend(s.get("notReadyReasons") or [])
         lines.append(

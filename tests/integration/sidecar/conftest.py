@@ -80,6 +80,7 @@ def sidecar_group(
         global_partitions: int = 1,
         ordering: Mapping[str, Any] | None = None,
         topics: Mapping[str, Any] | None = None,
+        group_offset_sync: Mapping[str, Any] | None = None,
     ) -> LocalSidecarGroup:
         """``topics`` replaces the topics section (``topic`` is then ignored)."""
         name = group_name(tag)
@@ -90,6 +91,7 @@ def sidecar_group(
             witnesses=witnesses,
             topics=dict(topics or {"names": [topic], "globalPartitions": global_partitions}),
             ordering=dict(ordering or {"tickMs": 20}),
+            group_offset_sync=group_offset_sync,
         )
         groups.append(group)
         return group
