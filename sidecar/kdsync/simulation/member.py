@@ -155,6 +155,7 @@ class SimMember:
         self.crash_in_ready = 0.0  # chance to die when an operation completes
         self.incarnations = 0
         self.now = 0
+        self.down_since = 0  # the tick of the last crash (meaningful while down)
         self._inbox: deque[tuple[str, bytes]] = deque()
         self._cpu = 0  # work units left this tick; below zero: a long step runs on
         self._pending: list[_Pending] = []
@@ -200,6 +201,7 @@ class SimMember:
         self._inbox.clear()
         self._batches.clear()
         self.driver = None
+        self.down_since = self.now
 
     # ------------------------------------------------------------------ one tick
 

@@ -9,7 +9,7 @@ from kdsync.ordering import OrderingNode, Role, SourceEvent
 from kdsync.simulation.checker import EventId, Violation, check_properties
 from kdsync.simulation.member import DriverFactory, NodeFactory, SimMember, production_driver
 from kdsync.simulation.network import LinkFaults, SimNetwork
-from kdsync.simulation.scenario import Fault, Scenario
+from kdsync.simulation.scenario import TRIGGER_TICKS, Fault, Scenario
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ def run_scenario(
                 next_offset[(member.name, topic, partition)] = 0
 
     faults = list(scenario.faults)
+    armed: list[_Armed] = []
     order = list(members.values())
     clock = [0]
 
@@ -98,6 +99,8 @@ def run_scenario(
             members[receiver].deliver(sender, frame)
         for member in order:
             member.step(now)
+        if armed:
+            armed[:] = [a for a in armed if not a.fire(members, network) and a.until > now]
 
     def settle(must_complete: list[SimMember], recovered: bool = False) -> int | None:
         """Ticks until every member in ``must_complete`` holds every event (and, with
@@ -115,10 +118,15 @@ def run_scenario(
     # Phase 1: the faulty phase, with traffic into every origin.
     while clock[0] < scenario.fault_ticks:
         while faults and faults[0].at <= clock[0] + 1:
-            _apply_fault(faults.pop(0), members, network)
+            fault = faults.pop(0)
+            if fault.kind in _Armed.KINDS:
+                armed.append(_Armed.arm(fault, members, clock[0] + TRIGGER_TICKS))
+            else:
+                _apply_fault(fault, members, network)
         produce(data_members)
         step()
     # Phase 2: everything heals; every event must reach every data member in bounded time.
+    armed.clear()
     network.heal()
     network.faults = LinkFaults(max_delay=scenario.link.max_delay, reorder=0.01)
     for member in order:
@@ -164,7 +172,19 @@ def run_scenario(
 
 
 def _apply_fault(fault: Fault, members: dict[str, SimMember], network: SimNetwork) -> None:
-    if fault.kind == "crash":
+    if fault.kind in ("crash-leader", "isolate-leader"):
+        leader = _leader(members)
+        if leader is None:
+            return  # an election is under way: nobody to target
+        if fault.kind == "crash-leader":
+            members[leader].crash()
+        else:
+            network.partition({leader}, set(members) - {leader})
+    elif fault.kind == "restart-oldest":
+        down = [(member.down_since, name) for name, member in members.items() if not member.up]
+        if down:
+            members[min(down)[1]].start()
+    elif fault.kind == "crash":
         for name in fault.members:
             members[name].crash()
     elif fault.kind == "restart":
@@ -175,6 +195,67 @@ def _apply_fault(fault: Fault, members: dict[str, SimMember], network: SimNetwor
         network.partition(set(fault.members), set(fault.other_side))
     else:
         network.heal()
+
+
+@dataclass
+class _Armed:
+    """A fault waiting for its event: checked at the end of every tick, so it acts in the
+    tick the event happens (frames sent in that tick are still in flight, and a
+    partition formed now cuts them)."""
+
+    KINDS = frozenset({"crash-after-append", "cut-off-new-leader", "crash-after-commit"})
+
+    kind: str
+    until: int
+    terms: dict[str, int]  # each member's term when armed
+    commits: dict[str, int]  # each member's commit index when armed
+    lasts: dict[str, int]  # each member's last log index when armed
+
+    @classmethod
+    def arm(cls, fault: Fault, members: dict[str, SimMember], until: int) -> _Armed:
+        nodes = {name: m.node for name, m in members.items() if m.node is not None}
+        return cls(
+            fault.kind,
+            until,
+            {name: node.term for name, node in nodes.items()},
+            {name: node.commit_index for name, node in nodes.items()},
+            {name: node.log.last_index for name, node in nodes.items()},
+        )
+
+    def fire(self, members: dict[str, SimMember], network: SimNetwork) -> bool:
+        """Acts if the event has come; says whether it did. The member dies before the
+        frames it sent in this tick leave (they are cut off with it), as a process that
+        dies between deciding and flushing its sockets."""
+        ceiling = max(self.terms.values(), default=0)
+        for name, member in members.items():
+            node = member.node
+            if node is None or node.role != Role.LEADER:
+                continue
+            if (
+                (self.kind == "cut-off-new-leader" and node.term > ceiling)
+                or (
+                    self.kind == "crash-after-commit"
+                    and node.commit_index > self.commits.get(name, 0)
+                )
+                or (
+                    self.kind == "crash-after-append"
+                    and node.log.last_index > self.lasts.get(name, 0)
+                )
+            ):
+                network.partition({name}, set(members) - {name})
+                member.crash()
+                return True
+        return False
+
+
+def _leader(members: dict[str, SimMember]) -> str | None:
+    """The up member that leads in the highest term (a deposed leader may not know yet)."""
+    leaders = [
+        (m.node.term, name)
+        for name, m in members.items()
+        if m.node is not None and m.node.role == Role.LEADER
+    ]
+    return max(leaders)[1] if leaders else None
 
 
 def _recovering(members: list[SimMember]) -> bool:

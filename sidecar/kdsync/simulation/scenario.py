@@ -14,9 +14,19 @@ from kdsync.simulation.network import LinkFaults
 @dataclass(frozen=True, slots=True)
 class Fault:
     at: int
-    kind: str  # "crash", "restart", "partition", "heal"
+    # "crash", "restart", "partition", "heal"; and, with their target chosen when they
+    # happen, "crash-leader", "isolate-leader" (cut off from every other member) and
+    # "restart-oldest" (the member down the longest). Three are armed at ``at`` and fire
+    # on an event in the tick it happens, within ``TRIGGER_TICKS``: "crash-after-append"
+    # (a leader dies once its log grew), "cut-off-new-leader" (the next leader elected
+    # dies) and "crash-after-commit" (a leader dies once its commit index moved); each
+    # before the frames it sent in that tick leave (it stays cut off until a heal).
+    kind: str
     members: tuple[str, ...] = ()
     other_side: tuple[str, ...] = ()
+
+
+TRIGGER_TICKS = 200  # an armed fault whose event does not come by then is dropped
 
 
 @dataclass(frozen=True)
@@ -37,7 +47,7 @@ class Scenario:
     limits: DriverLimits = field(default_factory=DriverLimits)
     costs: dict[str, SimCosts] = field(default_factory=dict)  # by member; default: free
     burst: int = 1  # events per source partition each time one is produced
-    shape: str = "faults"  # or "overload"
+    shape: str = "faults"  # or "overload", "churn"
 
     def describe(self) -> str:
         witnesses = f" witnesses={sorted(self.group.witnesses)}" if self.group.witnesses else ""
@@ -50,12 +60,17 @@ class Scenario:
 
 
 def make_scenario(seed: int) -> Scenario:
-    """Four in five scenarios stress faults (crashes, partitions, a bad network); one in
-    five stresses load: a burst far above what the members can write, slow transactions,
-    frame handling within a CPU budget and a member whose process stalls."""
+    """Seven in ten scenarios stress faults (crashes, partitions, a bad network); two in
+    ten stress load: a burst far above what the members can write, slow transactions,
+    frame handling within a CPU budget and a member whose process stalls; one in ten
+    churns leaders: whoever leads is crashed or cut off soon after its election, while
+    entries of its term and the one before are only partly replicated."""
     rng = random.Random(seed)
-    if rng.random() < 0.2:
+    draw = rng.random()
+    if draw < 0.2:
         return _overload_scenario(seed, rng)
+    if draw < 0.3:
+        return _churn_scenario(seed, rng)
     return _fault_scenario(seed, rng)
 
 
@@ -241,6 +256,102 @@ def _overload_scenario(seed: int, rng: random.Random) -> Scenario:
         costs=costs,
         shape="overload",
     )
+
+
+def _churn_scenario(seed: int, rng: random.Random) -> Scenario:
+    """Leader changes at commit time, the ground of Raft's figure 8: an entry of an old
+    term can reach a majority only after its leader died, carried by a later leader that
+    dies in turn before an entry of its own term follows it. Small Appends (often one
+    entry each) let an old entry travel without the new leader's no-op behind it."""
+    group = _group(rng, (3, 3, 3, 5))
+    names = group.members
+    link = LinkFaults(
+        max_delay=rng.choice((0, 1, 2)),
+        drop=rng.choice((0.0, 0.0, 0.05)),
+        duplicate=0.0,
+        reorder=rng.choice((0.0, 0.1)),
+    )
+    election = rng.randint(4 + 2 * link.max_delay, 8 + 2 * link.max_delay)
+    timing = Timing(
+        heartbeat_ticks=1,
+        election_ticks=election,
+        witness_election_factor=rng.choice((1, 2)),
+        resend_ticks=election * rng.randint(2, 4),
+        max_entries_per_append=rng.choice((1, 1, 2, 8)),
+        max_uncommitted=rng.choice((16, 256)),
+        max_outbox=rng.choice((32, 256)),
+        retained_applied=rng.choice((3, 50)),
+    )
+    topics = (("t0", rng.randint(1, 2)),)
+    fault_ticks = rng.randint(150, 400)
+    faults: list[Fault] = []
+    at = rng.randint(2 * election, 4 * election)  # a first leader, then the churn
+    while at < fault_ticks:
+        if rng.random() < 0.8:
+            at = _figure_8_cycle(rng, faults, at, election)
+            continue
+        kind = rng.choice(("crash-leader", "isolate-leader", "restart-oldest"))
+        faults.append(Fault(at, kind))
+        if kind == "isolate-leader":
+            faults.append(Fault(at + rng.randint(1, 2 * election), "heal"))
+        at += rng.randint(1, 3 * election)
+    faults.sort(key=lambda f: f.at)
+    limits = DriverLimits(
+        max_events_per_transaction=rng.choice((4, 64)),
+        halt_retry_ticks=4,
+        retry_ticks=(1, 8),
+        trim_ticks=rng.choice((1, 25)),
+        trim_margin=rng.choice((0, 4 * timing.retained_applied)),
+    )
+    costs = {
+        name: SimCosts(persist_ticks=rng.choice((0, 1)), transaction_ticks=rng.choice((0, 1)))
+        for name in names
+    }
+    produce_rate = rng.choice((0.1, 0.3))
+    partitions = topics[0][1] * len(group.data_members)
+    events = round(produce_rate * partitions * (fault_ticks + 40))
+    return Scenario(
+        seed=seed,
+        group=group,
+        timing=timing,
+        link=link,
+        topics=topics,
+        produce_rate=produce_rate,
+        fault_ticks=fault_ticks,
+        # Members left far behind catch up one after another (a witness that leads
+        # serves only what it retains, so a data member must catch up and take over
+        # before the last one is served), an Append at a time when Appends are small.
+        settle_ticks=40 * election * (1 + timing.witness_election_factor)
+        + 400
+        + 50 * link.max_delay
+        + events * 4 * (1 + link.max_delay) // timing.max_entries_per_append,
+        faults=tuple(faults),
+        max_batch_events=rng.choice((1, 4)),
+        limits=limits,
+        costs=costs,
+        shape="churn",
+    )
+
+
+def _figure_8_cycle(rng: random.Random, faults: list[Fault], at: int, election: int) -> int:
+    """One try at Raft's figure 8, with jittered timing. The leader A, cut off, appends an
+    entry nobody else gets and dies; the next leader C dies in the tick it wins, its
+    no-op unheard; A comes back first, is elected with its old entry and dies in the tick
+    its commit index moves; then C comes back, and its log outranks A's old entry on the
+    member that voted for both. Returns the tick the next try may start."""
+    faults.append(Fault(at, "isolate-leader"))
+    faults.append(Fault(at, "crash-after-append"))
+    faults.append(Fault(at + rng.randint(0, election), "cut-off-new-leader"))
+    at += rng.randint(3 * election, 6 * election)  # an election among the others
+    faults.append(Fault(at, "heal"))
+    faults.append(Fault(at, "restart-oldest"))
+    faults.append(Fault(at, "crash-after-commit"))
+    at += rng.randint(3 * election, 6 * election)
+    faults.append(Fault(at, "restart-oldest"))
+    at += rng.randint(3 * election, 6 * election)
+    faults.append(Fault(at, "heal"))
+    faults.append(Fault(at, "restart-oldest"))
+    return at + rng.randint(2 * election, 6 * election)
 
 
 def _fault_schedule(rng: random.Random, names: tuple[str, ...], ticks: int) -> tuple[Fault, ...]:
