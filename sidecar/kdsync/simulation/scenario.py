@@ -152,13 +152,9 @@ def _fault_scenario(seed: int, rng: random.Random) -> Scenario:
         topics=topics,
         produce_rate=produce_rate,
         fault_ticks=fault_ticks,
-        # Catching up takes round trips, each up to max_delay ticks per hop on slow links,
-        # and a member far behind receives a window of Appends per round trip, each
+        # A member far behind receives a window of Appends per round trip, each
         # acknowledged once written.
-        settle_ticks=40 * election * (1 + timing.witness_election_factor)
-        + 400
-        + 50 * link.max_delay
-        + events * slowest_write * (1 + link.max_delay) // timing.max_entries_per_append,
+        settle_ticks=_settle_ticks(timing, link, events * slowest_write),
         faults=faults,
         crash_in_ready=rng.choice((0.0, 0.0, 0.01, 0.05)),
         max_batch_events=rng.choice((1, 4, 16)),
@@ -321,10 +317,7 @@ def _churn_scenario(seed: int, rng: random.Random) -> Scenario:
         # Members left far behind catch up one after another (a witness that leads
         # serves only what it retains, so a data member must catch up and take over
         # before the last one is served), an Append at a time when Appends are small.
-        settle_ticks=40 * election * (1 + timing.witness_election_factor)
-        + 400
-        + 50 * link.max_delay
-        + events * 4 * (1 + link.max_delay) // timing.max_entries_per_append,
+        settle_ticks=_settle_ticks(timing, link, events * 4),
         faults=tuple(faults),
         max_batch_events=rng.choice((1, 4)),
         limits=limits,
@@ -352,6 +345,18 @@ def _figure_8_cycle(rng: random.Random, faults: list[Fault], at: int, election: 
     faults.append(Fault(at, "heal"))
     faults.append(Fault(at, "restart-oldest"))
     return at + rng.randint(2 * election, 6 * election)
+
+
+def _settle_ticks(timing: Timing, link: LinkFaults, entry_writes: int) -> int:
+    """The progress bound once healed: elections (longer with witnesses), then catching
+    up ``entry_writes`` entry-writes' worth, a round trip of up to ``max_delay`` ticks per
+    hop for each Append."""
+    return (
+        40 * timing.election_ticks * (1 + timing.witness_election_factor)
+        + 400
+        + 50 * link.max_delay
+        + entry_writes * (1 + link.max_delay) // timing.max_entries_per_append
+    )
 
 
 def _fault_schedule(rng: random.Random, names: tuple[str, ...], ticks: int) -> tuple[Fault, ...]:
