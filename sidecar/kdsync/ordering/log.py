@@ -61,7 +61,7 @@ class ReplicatedLog:
     def append(self, entry: Entry) -> None:
         assert entry.index == self.last_index + 1, (entry.index, self.last_index)
         self._entries.append(entry)
-        self.bytes += _size(entry)
+        self.bytes += entry_size(entry)
 
     def merge(self, entries: list[Entry]) -> int | None:
         """Raft's follower append: skip entries already present with the same term,
@@ -79,11 +79,11 @@ class ReplicatedLog:
                 continue
             if existing is not None:
                 cut = entry.index - self.snapshot_index - 1
-                self.bytes -= sum(_size(e) for e in self._entries[cut:])
+                self.bytes -= sum(entry_size(e) for e in self._entries[cut:])
                 del self._entries[cut:]
             for rest in entries[position:]:
                 self._entries.append(rest)
-                self.bytes += _size(rest)
+                self.bytes += entry_size(rest)
             changed = entry.index
             break
         return changed
@@ -96,7 +96,7 @@ class ReplicatedLog:
         term = self.term_at(upto)
         assert term is not None
         cut = upto - self.snapshot_index
-        self.bytes -= sum(_size(e) for e in self._entries[:cut])
+        self.bytes -= sum(entry_size(e) for e in self._entries[:cut])
         del self._entries[:cut]
         self.snapshot_index = upto
         self.snapshot_term = term
@@ -105,18 +105,19 @@ class ReplicatedLog:
         self.snapshot_index = snapshot_index
         self.snapshot_term = snapshot_term
         self._entries = list(entries)
-        self.bytes = sum(_size(e) for e in self._entries)
+        self.bytes = sum(entry_size(e) for e in self._entries)
 
     def index_after_bytes(self, first: int, budget: int) -> int:
         """The last index from ``first`` on whose entries fit in ``budget`` bytes."""
         index = first - 1
         for entry in self._entries[max(0, first - self.snapshot_index - 1) :]:
-            budget -= _size(entry)
+            budget -= entry_size(entry)
             if budget < 0:
                 break
             index = entry.index
         return index
 
 
-def _size(entry: Entry) -> int:
+def entry_size(entry: Entry) -> int:
+    """What an entry counts towards byte limits: its batch's events (a no-op: nothing)."""
     return entry.batch.size_bytes() if entry.batch is not None else 0

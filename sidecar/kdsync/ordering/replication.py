@@ -11,7 +11,7 @@ majority has written them.
 from __future__ import annotations
 
 from kdsync.ordering.events import OriginBatch
-from kdsync.ordering.log import Entry
+from kdsync.ordering.log import Entry, entry_size
 from kdsync.ordering.messages import Append, AppendReply
 from kdsync.ordering.node_state import NodeState
 from kdsync.ordering.outbox import batch_key
@@ -157,7 +157,7 @@ class Replication(NodeState):
                 # so a slow peer's queue stays short and it hears heartbeats in time.
                 entries = self._entries_for(pr.next)
                 if entries and self._send_append(peer, entries, pr.next - 1):
-                    pr.sent(entries[-1].index, sum(_entry_size(e) for e in entries))
+                    pr.sent(entries[-1].index, sum(entry_size(e) for e in entries))
             elif heartbeat or pr.sent_commit < self.commit_index:
                 # Nothing new: a bare heartbeat at a position the peer is known to hold.
                 self._send_append(peer, [], pr.match)
@@ -345,7 +345,3 @@ class Replication(NodeState):
                 if i <= stale and not any(0 <= i - first <= span for first in wanted)
             ]:
                 del self._loaded[index]
-
-
-def _entry_size(entry: Entry) -> int:
-    return entry.batch.size_bytes() if entry.batch is not None else 0
