@@ -251,7 +251,7 @@ class MemberDriver:
         assert self._writing is not None, "transaction_failed without a transaction in flight"
         self._writing = None
         self.observer.transaction_failed(failure, reason)
-        if failure is WriteFailure.FENCED:
+        if failure in (WriteFailure.FENCED, WriteFailure.OUTCOME_UNKNOWN):
             self.state.fatal = reason
             return
         if failure in (WriteFailure.TOO_LARGE, WriteFailure.GLOBAL_TOPIC_LOST):

@@ -71,6 +71,9 @@ class WriteFailure(enum.Enum):
     GLOBAL_TOPIC_LOST = "global-topic-lost"  # T-global lost its history: halt, retry later
     UNAVAILABLE = "unavailable"  # brokers unreachable or busy: retry with backoff
     FENCED = "fenced"  # another instance of this member took over: stop for good
+    # The commit may or may not have happened: writing again could duplicate, so stop (a
+    # restart settles the transaction and reads the ledger back).
+    OUTCOME_UNKNOWN = "outcome-unknown"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,13 @@ class ProducerFenced(KafkaShellError):
     """Another sidecar instance with the same transactional id took over this member."""
 
 
+class CommitOutcomeUnknown(KafkaShellError):
+    """A transaction's commit was sent but its outcome could not be learned in time: the
+    records may or may not be in ``T-global``. Writing them again could duplicate them,
+    so the member stops; a restart's ``init_transactions`` settles the transaction with
+    the coordinator, and the ledger read back says what was committed."""
+
+
 class RecordTooLarge(KafkaShellError):
     """A record exceeds what the destination topic accepts (``max.message.bytes``)."""
 

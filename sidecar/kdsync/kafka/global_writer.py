@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from kdsync import naming
 from kdsync.kafka.client_config import client_config
 from kdsync.kafka.errors import (
+    CommitOutcomeUnknown,
     GlobalTopicLost,
     KafkaUnavailable,
     ProducerFenced,
@@ -47,6 +48,10 @@ LEDGER_KEY = b"ledger"
 _HISTORY_CHECK_SECONDS = 5.0
 # The ledger is small; reading the last few records of its topic finds the latest one.
 _LEDGER_TAIL = 64
+# How long a commit under way is waited on (a broker restart takes seconds to tens of
+# seconds); as long as an ordering-log write may stay unacknowledged before the member
+# stops anyway.
+COMMIT_RETRY_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +195,7 @@ class GlobalWriter:
                         )
                 events += len(delivery.events)
             self._produce(self._ledger_topic, 0, LEDGER_KEY, encode_ledger_state(ledger), None, 0)
-            producer.commit_transaction(self._timeout)
+            self._commit()
         except RecordTooLarge:
             self._abort()
             raise
@@ -286,6 +291,34 @@ class GlobalWriter:
                     size += sum(len(n) + len(v or b"") for n, v in headers or ())
                     raise RecordTooLarge(topic, size, "over the producer's limit") from exc
                 raise
+
+    def _commit(self) -> None:
+        """``commit_transaction``, called again while librdkafka says the same call may be
+        retried (its coordinator away past the timeout, e.g. a broker restarting). The
+        commit is then still under way: aborting would be refused (``_CONFLICT``) and
+        leave the producer wedged, and the commit may already have happened. Still
+        unsettled ``COMMIT_RETRY_SECONDS`` after the first timeout, the outcome is unknown
+        and the member stops (see ``CommitOutcomeUnknown``)."""
+        deadline: float | None = None  # from the first timeout on
+        while True:
+            try:
+                self._producer.commit_transaction(self._timeout)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is None or not error.retriable() or error.txn_requires_abort():
+                    raise
+                now = time.monotonic()
+                deadline = deadline or now + COMMIT_RETRY_SECONDS
+                if now >= deadline:
+                    raise CommitOutcomeUnknown(
+                        "committing a transaction to T-global was still unsettled "
+                        f"{COMMIT_RETRY_SECONDS:.0f}s after it timed out ({error}); its "
+                        "records may or may not be there, so this member stops rather than "
+                        "write them again. A restart settles the transaction and reads the "
+                        "ledger back"
+                    ) from exc
+                log.warning("committing a transaction is taking long (%s); waiting on it", error)
 
     def _fail(self, exc: KafkaException) -> None:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None

@@ -14,7 +14,13 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from kdsync.driver import MemberDriver, SourcePartition, WriteFailure
-from kdsync.kafka.errors import GlobalTopicLost, KafkaShellError, ProducerFenced, RecordTooLarge
+from kdsync.kafka.errors import (
+    CommitOutcomeUnknown,
+    GlobalTopicLost,
+    KafkaShellError,
+    ProducerFenced,
+    RecordTooLarge,
+)
 from kdsync.kafka.global_writer import GlobalWriter
 from kdsync.kafka.log_store import LogStore
 from kdsync.kafka.source_reader import SourceReader
@@ -108,6 +114,8 @@ class KafkaDeliveryPort(_LoopPort):
             driver.transaction_failed(WriteFailure.GLOBAL_TOPIC_LOST, str(exc))
         except ProducerFenced as exc:
             driver.transaction_failed(WriteFailure.FENCED, str(exc))
+        except CommitOutcomeUnknown as exc:
+            driver.transaction_failed(WriteFailure.OUTCOME_UNKNOWN, str(exc))
         except KafkaShellError as exc:
             driver.transaction_failed(WriteFailure.UNAVAILABLE, str(exc))
         else:

@@ -20,6 +20,7 @@ _FAILURE_OUTCOME = {
     WriteFailure.GLOBAL_TOPIC_LOST: "refused",
     WriteFailure.UNAVAILABLE: "failed",
     WriteFailure.FENCED: "fenced",
+    WriteFailure.OUTCOME_UNKNOWN: "unknown",
 }
 
 
@@ -106,7 +107,7 @@ class SidecarObserver(DriverObserver):
         self._last_failure = failure
         if failure is WriteFailure.UNAVAILABLE:
             log.warning("delivery failed, retrying with backoff: %s", reason)
-        elif failure is WriteFailure.FENCED:
+        elif failure in (WriteFailure.FENCED, WriteFailure.OUTCOME_UNKNOWN):
             log.error("%s", reason)
 
     def halted(self, reason: str) -> None:
