@@ -243,6 +243,13 @@ class _Follower:
                 result.first_at = now_ms / 1000.0
             if result.complete_at is None and result.delivered >= result.expected:
                 result.complete_at = now_ms / 1000.0
+            # kdsync also writes a member's own events into its T-global, in the global
+            # order: some may still follow the last remote one (more so on a loaded
+            # machine), and they are counted too. A system that writes none stops at once.
+            local_done = not result.local_copies or (
+                result.local_copies >= self.spec.events_per_origin
+            )
+            if result.complete_at is not None and done_until is None and local_done:
                 done_until = time.time() + self.spec.grace_seconds
 
     def finish(self) -> DestinationResult:
