@@ -12,7 +12,8 @@ a range of global sequence numbers; see ``docs/audit.md``. Modules:
 - ``session``: the Spark session (local, or the one ``spark-submit`` made);
 - ``configmap``: report and state in a Kubernetes ConfigMap;
 - ``job``: one audit run, end to end;
-- ``command``: the ``kdsync audit`` command line.
+- ``command``: the ``kdsync audit`` command line;
+- ``in_process``: that command run inside another (the demo, the fault campaigns).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from kdsync import naming
+from kdsync.audit.in_process import AuditUnavailable, audit_to_report
 from kdsync.chaos.schedule import LEADER, Fault, FaultKind, ScheduleSettings, generate_schedule
 from kdsync.chaos.toxiproxy import ToxiproxyServer
 from kdsync.local_group import LocalSidecarGroup
@@ -511,15 +512,14 @@ class Campaign:
         a failover drill: a second check, by Spark, independent of the one above."""
         assert self._group is not None
         progress("Spark audit (kdsync audit) over every T-global and T")
+        report = self.settings.run_dir / "audit-report.json"
+        config = self._group.members[self.members[0]].config_path
         try:
-            from kdsync.audit.command import main as audit_main  # noqa: PLC0415 (loads Spark)
-        except ImportError as error:
+            code = audit_to_report(config, report)
+        except AuditUnavailable as error:
             self.report.audit = "could not run"
             self.report.violations.append(f"Spark audit: not available ({error})")
             return
-        report = self.settings.run_dir / "audit-report.json"
-        config = self._group.members[self.members[0]].config_path
-        code = audit_main(["--config", str(config), "--report", str(report)])
         self.report.audit_report = str(report)
         if code == 0:
             self.report.audit = "passed"

@@ -24,6 +24,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from kdsync.audit.in_process import AuditUnavailable, audit_to_report
 from kdsync.config import OrderingConfig
 from kdsync.local_group import LocalSidecarGroup
 from kdsync.localkafka import LocalKafkaFleet
@@ -146,13 +147,12 @@ def read_all(
 
 
 def run_audit(config: Path, run_dir: Path) -> bool | None:
+    report = run_dir / "audit-report.json"
     try:
-        from kdsync.audit.command import main as audit_main  # noqa: PLC0415 (loads Spark)
-    except ImportError:
+        code = audit_to_report(config, report)
+    except AuditUnavailable:
         say("  (the Spark audit is not available in this build)")
         return None
-    report = run_dir / "audit-report.json"
-    code = audit_main(["--config", str(config), "--report", str(report)])
     say(f"  JSON report: {report}")
     return code == 0
 
