@@ -285,8 +285,8 @@ class GlobalWriter:
             except BufferError:
                 self._producer.poll(0.05)
             except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if isinstance(error, KafkaError) and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                error = _kafka_error(exc)
+                if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                     size = len(key or b"") + len(value or b"")
                     size += sum(len(n) + len(v or b"") for n, v in headers or ())
                     raise RecordTooLarge(topic, size, "over the producer's limit") from exc
@@ -305,7 +305,7 @@ class GlobalWriter:
                 self._producer.commit_transaction(self._timeout)
                 return
             except KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                error = _kafka_error(exc)
                 if error is None or not error.retriable() or error.txn_requires_abort():
                     raise
                 now = time.monotonic()
@@ -321,7 +321,7 @@ class GlobalWriter:
                 log.warning("committing a transaction is taking long (%s); waiting on it", error)
 
     def _fail(self, exc: KafkaException) -> None:
-        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        error = _kafka_error(exc)
         too_large = [e for e in self._errors if e[0].code() == KafkaError.MSG_SIZE_TOO_LARGE]
         if error is not None and error.fatal():
             raise ProducerFenced(
@@ -341,8 +341,8 @@ class GlobalWriter:
         try:
             self._producer.abort_transaction(self._timeout)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.fatal():
+            error = _kafka_error(exc)
+            if error is not None and error.fatal():
                 raise ProducerFenced(f"aborting failed fatally: {error}") from exc
             log.warning("aborting a transaction failed: %s", exc)
 
@@ -364,9 +364,16 @@ def _record_size(message: Message) -> int:
     return size
 
 
+def _kafka_error(exc: BaseException | None) -> KafkaError | None:
+    """The KafkaError a KafkaException carries, if any."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
 def _is_unknown_topic(cause: BaseException | None) -> bool:
-    error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-    return isinstance(error, KafkaError) and error.code() in (
+    error = _kafka_error(cause)
+    return error is not None and error.code() in (
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError._UNKNOWN_TOPIC,
         KafkaError._UNKNOWN_PARTITION,
