@@ -228,10 +228,15 @@ class GlobalWriter:
                 continue
             partitions = self._global_partitions(source_topic)
             if self._offsets_reader is None:
+                # The log end, not the last stable offset: commit_transaction returns once
+                # the coordinator has decided, and the markers reach the partitions after
+                # that, so a read_committed end can still stand before the transaction just
+                # committed and look like a lost topic. The records themselves were
+                # acknowledged (acks=all) before the commit, so the log end counts them.
                 self._offsets_reader = reading_consumer(
                     self._properties,
                     f"{naming.consumer_group(self._group)}.{self._member}.history-check",
-                    committed_only=True,
+                    committed_only=False,
                 )
             ends = 0
             for partition in range(partitions):
