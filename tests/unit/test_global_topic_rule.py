@@ -25,6 +25,7 @@ from kdsync.kafka.global_topic_rule import (
     global_topics,
     judge_topic,
 )
+from kdsync.runtime.status_report import render
 
 
 def _by_config(findings: list[Finding]) -> dict[str, Finding]:
@@ -223,3 +224,12 @@ def test_a_failed_check_is_counted_and_never_raises() -> None:
     admin.down = False
     check.run_round()
     assert check.status()["lastError"] is None and check.checks == 1
+
+
+def test_kdsync_status_shows_the_drift_left_as_it_is() -> None:
+    status = {
+        "member": "m2",
+        "ready": True,
+        "globalTopicConfig": {"drift": ["t-global partitions=2 (report-only)"]},
+    }
+    assert "T-GLOBAL CONFIG DRIFT: t-global partitions=2 (report-only)" in render([status])
