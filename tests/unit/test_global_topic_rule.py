@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kdsync.kafka import global_topic_check
 from kdsync.kafka.global_topic_check import FIXED, GlobalTopicConfigCheck
 from kdsync.kafka.global_topic_rule import (
     CLEANUP_POLICY,
@@ -233,3 +235,22 @@ def test_kdsync_status_shows_the_drift_left_as_it_is() -> None:
         "globalTopicConfig": {"drift": ["t-global partitions=2 (report-only)"]},
     }
     assert "T-GLOBAL CONFIG DRIFT: t-global partitions=2 (report-only)" in render([status])
+
+
+def test_a_drift_cleared_by_hand_is_logged_once_and_its_gauge_drops(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger=global_topic_check.__name__)
+    admin = FakeAdmin({"t-global": (1, {**CREATE_CONFIG, MAX_MESSAGE_BYTES: "1000"})})
+    seen = Seen()
+    check = _check(admin, seen)
+    check.run_round()
+    check.run_round()
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and MAX_MESSAGE_BYTES in warned[0].getMessage()
+    assert seen.drifting[("t-global", MAX_MESSAGE_BYTES)] is True
+    assert admin.altered == []  # reported, never changed
+    admin.topics["t-global"][1][MAX_MESSAGE_BYTES] = str(MIN_MAX_MESSAGE_BYTES)
+    caplog.clear()
+    check.run_round()
+    assert seen.drifting[("t-global", MAX_MESSAGE_BYTES)] is False
+    assert check.status()["drift"] == []
+    assert [r.levelname for r in caplog.records] == ["INFO"]

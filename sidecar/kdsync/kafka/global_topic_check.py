@@ -143,10 +143,12 @@ class GlobalTopicConfigCheck:
                     "action": action,
                     **({"why": finding.why} if finding.why else {}),
                 }
+        still = {(topic, config) for topic, config, _ in reported}
         for topic, config, _ in self._reported - reported:
             if topic not in topics:  # gone: no series left standing at 1
                 self._observer.drift(topic, config, False)
-            log.info("%s: %s follows the T-global config rule again", topic, config)
+            if (topic, config) not in still:  # not merely another wrong value
+                log.info("%s: %s follows the T-global config rule again", topic, config)
         self._reported = reported
         self._topics = topics
 
