@@ -57,7 +57,7 @@ class GlobalTopicConfigCheck:
         wanted_partitions: int,
         observer: ConfigCheckObserver,
         min_retention_ms: Mapping[str, int] | None = None,
-        timeout: float = 15.0,
+        timeout: float = 10.0,  # bounds a check under way when the sidecar stops
     ) -> None:
         self._admin = AdminClient(admin_config(properties))
         self._suffix = suffix
