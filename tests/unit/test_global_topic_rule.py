@@ -40,15 +40,14 @@ def test_what_kdsync_creates_follows_the_rule() -> None:
     assert all(f.action is Action.OK for f in findings), findings
 
 
-def test_compaction_and_a_shorter_retention_are_put_back() -> None:
+def test_compaction_is_put_back_and_a_shorter_retention_only_reported() -> None:
     found = {**CREATE_CONFIG, CLEANUP_POLICY: "compact", RETENTION_MS: "60000"}
     by = _by_config(judge_topic("t-global", found, 1, 1))
     assert (by[CLEANUP_POLICY].action, by[CLEANUP_POLICY].set_to) == (Action.FIX, "delete")
-    assert (by[RETENTION_MS].action, by[RETENTION_MS].set_to) == (
-        Action.FIX,
-        str(MIN_RETENTION_MS),
-    )
     assert by[CLEANUP_POLICY].found == "compact" and by[CLEANUP_POLICY].why
+    # An operator's shorter retention removes old records only: kept, and said so.
+    assert (by[RETENTION_MS].action, by[RETENTION_MS].set_to) == (Action.REPORT, None)
+    assert by[RETENTION_MS].found == "60000" and "failing over" in by[RETENTION_MS].why
 
 
 def test_compact_and_delete_together_is_still_compaction() -> None:
@@ -78,7 +77,7 @@ def test_the_heartbeat_topic_has_its_own_retention_floor() -> None:
     day = 24 * 3600 * 1000
     found = {**CREATE_CONFIG, RETENTION_MS: str(day)}
     assert _by_config(judge_topic("t", found, 1, 1, day))[RETENTION_MS].action is Action.OK
-    assert _by_config(judge_topic("t", found, 1, 1))[RETENTION_MS].action is Action.FIX
+    assert _by_config(judge_topic("t", found, 1, 1))[RETENTION_MS].action is Action.REPORT
 
 
 def test_a_config_the_brokers_did_not_report_is_not_guessed() -> None:
@@ -92,8 +91,7 @@ def test_retention_is_at_least_the_floor_or_forever(value: int) -> None:
     finding = _by_config(judge_topic("t", found, 1, 1))[RETENTION_MS]
     follows = value >= MIN_RETENTION_MS or value == -1
     assert (finding.action is Action.OK) == follows
-    if not follows:  # put back to the floor, never below what was there
-        assert finding.set_to == str(MIN_RETENTION_MS)
+    assert finding.set_to is None  # never altered, whatever it is
 
 
 @given(st.integers(min_value=0, max_value=2**40))

@@ -7,8 +7,9 @@ fail over between them at exact positions. Each sidecar holds its own cluster's
 - ``cleanup.policy``: exactly ``delete``. Put back: compaction would remove records and
   leave holes in ``kdsync.seq``.
 - ``retention.ms``: at least 7 days (1 day for the heartbeat topic), or ``-1`` (forever).
-  A shorter one is raised back to the floor (records would leave this member early, so a
-  consumer failing over to it could miss them); a longer one set on purpose is kept.
+  A shorter one is reported, never changed: retention removes the oldest records only
+  (no holes), an operator may have shortened it to save disk, and a consumer failing over
+  to this member past its retention is told so by ``kdsync failover``.
 - ``retention.bytes``: ``-1`` (no size limit). Put back: a size limit drops records by
   each cluster's own volume, so the members would differ.
 - ``max.message.bytes``: at least 8 MiB. A smaller limit is reported, never changed: it
@@ -85,7 +86,13 @@ def _judge(name: str, found: str, min_retention_ms: int) -> tuple[str, Action, s
         wanted = f">= {min_retention_ms} or {UNLIMITED}"
         if number is not None and (number >= min_retention_ms or number == UNLIMITED):
             return wanted, Action.OK, None, ""
-        return wanted, Action.FIX, str(min_retention_ms), "records would leave this member early"
+        return (
+            wanted,
+            Action.REPORT,
+            None,
+            "left as set: records leave this member before the others, so a consumer "
+            "failing over to it may find its position deleted",
+        )
     if name == RETENTION_BYTES:
         if number == UNLIMITED:
             return str(UNLIMITED), Action.OK, None, ""

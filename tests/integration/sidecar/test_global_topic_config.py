@@ -1,9 +1,10 @@
 """T-global config drift made on purpose (#15 item 4): reported, and fixed where the rule
 allows (docs/sidecar.md, "T-global configs").
 
-On one member's T-global: compaction and a one-minute retention are set by hand, and a
-partition is added. The sidecar puts the two configs back and reports them fixed; the
-partition count is reported as drift and never altered; replication goes on.
+On one member's T-global: compaction, a size limit and a 3-day retention are set by hand,
+and a partition is added. The sidecar puts compaction and the size limit back and reports
+them fixed; the shorter retention (an operator's choice that leaves no holes) and the
+partition count are reported as drift and never altered; replication goes on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions
 
 from kdsync import naming
-from kdsync.kafka.global_topic_rule import MIN_RETENTION_MS
 from kdsync.local_group import LocalSidecarGroup
 from tests.integration.sidecar.harness import (
     Traffic,
@@ -31,6 +31,8 @@ from tests.integration.sidecar.harness import (
 )
 
 pytestmark = pytest.mark.kafka
+
+_THREE_DAYS_MS = str(3 * 24 * 3600 * 1000)
 
 
 def _configs(admin: AdminClient, topic: str) -> dict[str, str]:
@@ -45,7 +47,11 @@ def _drift_on_purpose(admin: AdminClient, topic: str) -> None:
         topic,
         incremental_configs=[
             ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-            for name, value in (("cleanup.policy", "compact"), ("retention.ms", "60000"))
+            for name, value in (
+                ("cleanup.policy", "compact"),
+                ("retention.bytes", "1073741824"),
+                ("retention.ms", _THREE_DAYS_MS),
+            )
         ],
     )
     for future in admin.incremental_alter_configs([resource]).values():
@@ -84,8 +90,11 @@ def test_config_drift_is_reported_and_fixed_where_the_rule_allows(
     def reported() -> bool:
         section = _section(group, "m2")
         fixes = section.get("fixes", {}).get(global_topic, {})
-        return {"cleanup.policy", "retention.ms"} <= set(fixes) and (
-            f"{global_topic} partitions=2 (report-only)" in section.get("drift", [])
+        drift = section.get("drift", [])
+        return (
+            {"cleanup.policy", "retention.bytes"} <= set(fixes)
+            and f"{global_topic} partitions=2 (report-only)" in drift
+            and f"{global_topic} retention.ms={_THREE_DAYS_MS} (report-only)" in drift
         )
 
     # One check every 30 s: the drift is seen and fixed within two.
@@ -97,7 +106,8 @@ def test_config_drift_is_reported_and_fixed_where_the_rule_allows(
     )
     configs = _configs(admin, global_topic)
     assert configs["cleanup.policy"] == "delete"
-    assert configs["retention.ms"] == str(MIN_RETENTION_MS)
+    assert configs["retention.bytes"] == "-1"
+    assert configs["retention.ms"] == _THREE_DAYS_MS  # the operator's choice stands
     metadata = admin.list_topics(global_topic, timeout=30)
     assert len(metadata.topics[global_topic].partitions) == 2  # never altered by kdsync
 
