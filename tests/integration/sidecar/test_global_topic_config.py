@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions
+from prometheus_client.parser import text_string_to_metric_families
 
 from kdsync import naming
 from kdsync.local_group import LocalSidecarGroup
@@ -112,14 +113,19 @@ def test_config_drift_is_reported_and_fixed_where_the_rule_allows(
     assert len(metadata.topics[global_topic].partitions) == 2  # never altered by kdsync
 
     _, metrics = http_get(group.members["m2"].http, "/metrics")
-    assert (
-        f'kdsync_global_topic_config_drift{{topic="{global_topic}",config="partitions"}} 1.0'
-        in metrics
-    ), [line for line in metrics.splitlines() if "topic_config" in line]
-    assert (
-        f'kdsync_global_topic_config_fixes_total{{topic="{global_topic}",config="cleanup.policy"}}'
-        in metrics
-    )
+    samples = {
+        (sample.name, sample.labels.get("topic"), sample.labels.get("config")): sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if "global_topic_config" in sample.name
+    }
+    drift = "kdsync_global_topic_config_drift"
+    assert samples.get((drift, global_topic, "partitions")) == 1.0, samples
+    assert samples.get((drift, global_topic, "retention.ms")) == 1.0, samples
+    assert samples.get((drift, global_topic, "cleanup.policy")) == 0.0, samples
+    fixes = "kdsync_global_topic_config_fixes_total"
+    assert (samples.get((fixes, global_topic, "cleanup.policy")) or 0) >= 1, samples
+    assert (samples.get((fixes, global_topic, "retention.bytes")) or 0) >= 1, samples
     warnings = [line for line in group.log_tail("m2", 400).splitlines() if "WARNING" in line]
     assert any("cleanup.policy" in w and "compact" in w for w in warnings), warnings
     assert any("partitions" in w and global_topic in w for w in warnings), warnings
