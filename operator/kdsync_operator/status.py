@@ -30,10 +30,13 @@ IN_PROGRESS_NOTE = " (meanwhile: "
 
 @dataclass(frozen=True)
 class MemberMetrics:
-    """What a sidecar reports on /metrics (kdsync_delivered_seq, kdsync_member_lag)."""
+    """What a sidecar reports on /metrics (kdsync_delivered_seq, kdsync_member_lag,
+    kdsync_global_topic_config_drift)."""
 
     delivered_seq: int | None = None
     lag: int | None = None
+    # "<topic> <config>" of each T-global config off the rule and left so (sorted).
+    config_drift: tuple[str, ...] = ()
 
 
 def parse_metrics(text: str, member: str) -> MemberMetrics:
@@ -44,6 +47,7 @@ def parse_metrics(text: str, member: str) -> MemberMetrics:
     """
     delivered: float | None = None
     lag: float | None = None
+    drift: set[str] = set()
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -51,11 +55,14 @@ def parse_metrics(text: str, member: str) -> MemberMetrics:
                     delivered = sample.value if delivered is None else max(delivered, sample.value)
                 elif sample.name == "kdsync_member_lag" and sample.labels.get("member") == member:
                     lag = sample.value
+                elif sample.name == "kdsync_global_topic_config_drift" and sample.value >= 1:
+                    drift.add(f"{sample.labels.get('topic')} {sample.labels.get('config')}")
     except ValueError:
         return MemberMetrics()  # not Prometheus text: nothing is known
     return MemberMetrics(
         delivered_seq=None if delivered is None else int(delivered),
         lag=None if lag is None else int(lag),
+        config_drift=tuple(sorted(drift)),
     )
 
 
@@ -132,6 +139,8 @@ def build_status(
             entry["deliveredSeq"] = facts.delivered_seq
         if facts is not None and facts.lag is not None:
             entry["lag"] = facts.lag
+        if facts is not None and facts.config_drift:
+            entry["globalTopicConfigDrift"] = list(facts.config_drift)
         member_status.append(entry)
 
     def cond(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:

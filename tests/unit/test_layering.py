@@ -188,6 +188,12 @@ PLANTS = {
         "from kdsync.kafka import partition_reader",
         "kdsync.failover.translation -> kdsync.kafka.partition_reader",
     ),
+    "the T-global config rule talks to Kafka": Plant(
+        "pure-global-topic-rule",
+        "sidecar/kdsync/kafka/global_topic_rule.py",
+        "from confluent_kafka.admin import AdminClient",
+        "kdsync.kafka.global_topic_rule -> confluent_kafka",
+    ),
     "the failover table imports the command": Plant(
         "failover-layers",
         "sidecar/kdsync/failover/report.py",

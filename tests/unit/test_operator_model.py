@@ -477,6 +477,21 @@ def test_metrics_hook_reads_what_a_sidecar_exposes() -> None:
     }  # fmt: skip
 
 
+def test_metrics_hook_reports_t_global_config_drift_per_member() -> None:
+    exposed = SidecarMetrics()
+    exposed.topic_config_drift.labels("orders-global", "partitions").set(1)
+    exposed.topic_config_drift.labels("orders-global", "cleanup.policy").set(0)  # put back
+    text = generate_latest(exposed.registry).decode()
+    facts = status.parse_metrics(text, "a")
+    assert facts.config_drift == ("orders-global partitions",)
+    observed = {m: obs(m) for m in ("a", "b", "w")}
+    plan = rollout.plan_rollout(dict.fromkeys(observed, "new"), observed)
+    st = status.build_status(make_group(), observed, plan, NO_AUDIT, None, NOW,
+                             metrics={"a": facts, "b": status.MemberMetrics(7, 3)})  # fmt: skip
+    assert st["members"][0]["globalTopicConfigDrift"] == ["orders-global partitions"]
+    assert "globalTopicConfigDrift" not in st["members"][1]
+
+
 # --- audit outcome -------------------------------------------------------------------
 
 

@@ -28,7 +28,8 @@ from kdsync.kafka.topics import GLOBAL_TOPIC_CONFIG, ClusterTopics
 log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = 1.0
-_RETENTION_MS = str(24 * 3600 * 1000)
+RETENTION_MS = 24 * 3600 * 1000
+_RETENTION_MS = str(RETENTION_MS)
 HEARTBEAT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": _RETENTION_MS}
 HEARTBEAT_GLOBAL_CONFIG = {**GLOBAL_TOPIC_CONFIG, "retention.ms": _RETENTION_MS}
 

@@ -1,7 +1,8 @@
 """The topics a member's cluster needs: internal topics, ``T-global`` and the sources.
 
 Topics are created when missing and never deleted: the data outlives the group. Configs
-of topics that already exist are left alone, so an operator's tuning is respected.
+of topics that already exist are left alone here, so an operator's tuning is respected;
+only ``T-global``'s are held to a rule afterwards (``global_topic_check``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from kdsync import naming
+from kdsync.kafka import global_topic_rule
 from kdsync.kafka.client_config import admin_config
 from kdsync.kafka.errors import KafkaUnavailable
 
@@ -40,12 +42,9 @@ LEDGER_TOPIC_CONFIG = {
     "min.cleanable.dirty.ratio": "0.1",
     "max.message.bytes": str(16 * 1024 * 1024),
 }
-# T-global keeps every event (no compaction: the audit checks that each one is there).
-# Records carry kdsync's headers on top of the user's, hence the larger size limit.
-GLOBAL_TOPIC_CONFIG = {
-    "cleanup.policy": "delete",
-    "max.message.bytes": str(8 * 1024 * 1024),
-}
+# T-global keeps every event (no compaction: the audit checks that each one is there);
+# its configs follow one rule in every member, checked while the sidecar runs.
+GLOBAL_TOPIC_CONFIG = dict(global_topic_rule.CREATE_CONFIG)
 
 SelectsTopic = Callable[[str], bool]
 

@@ -194,6 +194,40 @@ class SidecarMetrics:
             "Seconds since the last group offset sync round finished (-1: none yet)",
             registry=r,
         )
+        self.topic_config_drift = Gauge(
+            "kdsync_global_topic_config_drift",
+            "1 while a T-global config (or its partition count: config=partitions) is off "
+            "kdsync's rule and was not put back (see globalTopicConfig in kdsync status)",
+            ["topic", "config"],
+            registry=r,
+        )
+        self.topic_config_fixes = Counter(
+            "kdsync_global_topic_config_fixes",
+            "T-global configs set back to kdsync's rule",
+            ["topic", "config"],
+            registry=r,
+        )
+        self.topic_config_errors = Counter(
+            "kdsync_global_topic_config_check_errors",
+            "T-global config checks that failed (brokers unreachable, a request refused)",
+            registry=r,
+        )
+
+
+class TopicConfigMetrics:
+    """The T-global config check's observer: drift and fixes as metrics."""
+
+    def __init__(self, metrics: SidecarMetrics) -> None:
+        self._m = metrics
+
+    def drift(self, topic: str, config: str, drifting: bool) -> None:
+        self._m.topic_config_drift.labels(topic, config).set(1 if drifting else 0)
+
+    def fixed(self, topic: str, config: str) -> None:
+        self._m.topic_config_fixes.labels(topic, config).inc()
+
+    def failed(self) -> None:
+        self._m.topic_config_errors.inc()
 
 
 class GroupSyncMetrics:

@@ -26,12 +26,18 @@ from kdsync.driver import FRAMES_PER_TURN, DriverLimits, DriverPorts, MemberDriv
 from kdsync.driver.report import delivery_section, node_section, readiness
 from kdsync.failover.group_sync import GroupOffsetSync
 from kdsync.kafka.errors import KafkaShellError
-from kdsync.kafka.heartbeats import INTERVAL_SECONDS, HeartbeatEmitter, ensure_heartbeat_topics
+from kdsync.kafka.global_topic_check import GlobalTopicConfigCheck
+from kdsync.kafka.heartbeats import (
+    INTERVAL_SECONDS,
+    RETENTION_MS,
+    HeartbeatEmitter,
+    ensure_heartbeat_topics,
+)
 from kdsync.kafka.member_cluster import MemberCluster, MemberClusterSettings, open_member_cluster
 from kdsync.ordering import OrderingNode, Role
 from kdsync.runtime.kafka_ports import KafkaDeliveryPort, KafkaLogPort, KafkaSourcePort
 from kdsync.runtime.latency_window import LatencyWindow
-from kdsync.runtime.metrics import GroupSyncMetrics, SidecarMetrics
+from kdsync.runtime.metrics import GroupSyncMetrics, SidecarMetrics, TopicConfigMetrics
 from kdsync.runtime.mirror_metrics import MirrorMetrics
 from kdsync.runtime.observer import SidecarObserver
 from kdsync.transport import LinkStatus, PeerTransport, TransportClosed
@@ -45,6 +51,8 @@ STOP_GRACE_SECONDS = 30.0
 TRIM_SECONDS = 30.0
 # How often the event loop's lag is sampled.
 LAG_SAMPLE_SECONDS = 0.1
+# How often this member's T-global configs are checked against the rule (and at start).
+TOPIC_CONFIG_CHECK_SECONDS = 30.0
 
 
 class Sidecar:
@@ -68,6 +76,7 @@ class Sidecar:
         self._sources_signalled = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._group_sync: GroupOffsetSync | None = None
+        self._topic_config: GlobalTopicConfigCheck | None = None
         self.max_loop_lag = 0.0
         self.metrics.info.labels(config.group, self.member, str(self.is_witness).lower()).set(1)
         self.metrics.group_members.set(len(config.members))
@@ -171,6 +180,7 @@ class Sidecar:
                 kafka.client_properties(), self.heartbeat_topic, self.member
             )
             tasks.append(asyncio.create_task(self._heartbeat_loop(), name="heartbeats"))
+            tasks.append(asyncio.create_task(self._topic_config_loop(), name="topic-config"))
             if config.group_offset_sync.enabled:
                 tasks.append(asyncio.create_task(self._group_sync_loop(), name="group-sync"))
         stop_wait = asyncio.create_task(self._stopping.wait())
@@ -242,6 +252,26 @@ class Sidecar:
         while True:
             await asyncio.to_thread(sync.run_round)
             await asyncio.sleep(interval)
+
+    async def _topic_config_loop(self) -> None:
+        """Checks of this member's T-global configs in a worker thread (they block on
+        Kafka), one at a time; a check never raises (failures are counted)."""
+        kafka = self.config.own_member.kafka
+        assert kafka is not None
+        topics = self.config.topics
+        check = await asyncio.to_thread(
+            GlobalTopicConfigCheck,
+            kafka.client_properties(),
+            topics.global_suffix,
+            self._selects,
+            topics.global_partitions,
+            TopicConfigMetrics(self.metrics),
+            {topics.global_topic(self.heartbeat_topic): RETENTION_MS},
+        )
+        self._topic_config = check
+        while True:
+            await asyncio.to_thread(check.run_round)
+            await asyncio.sleep(TOPIC_CONFIG_CHECK_SECONDS)
 
     async def _let_transaction_finish(self, driver: MemberDriver) -> None:
         driver.stopping = True
@@ -392,6 +422,8 @@ class Sidecar:
             }
         if self._group_sync is not None:
             doc["groupOffsetSync"] = self._group_sync.status()
+        if self._topic_config is not None:
+            doc["globalTopicConfig"] = self._topic_config.status()
         if self.transport is not None:
             doc["peers"] = {
                 p.peer: {"link": p.outbound.value, "lastError": p.last_error}

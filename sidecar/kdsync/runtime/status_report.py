@@ -59,6 +59,9 @@ def render(statuses: Sequence[Mapping[str, Any]]) -> str:
             if sync.get("errors"):
                 note += f" (errors: {sync.get('lastError')})"
             notes.append(note)
+        topic_config = s.get("globalTopicConfig") or {}
+        if topic_config.get("drift"):
+            notes.append(f"T-GLOBAL CONFIG DRIFT: {', '.join(topic_config['drift'])}")
         if not s.get("ready"):
             notes.extend(s.get("notReadyReasons") or [])
         lines.append(

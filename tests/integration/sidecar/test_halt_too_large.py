@@ -53,7 +53,7 @@ def test_event_too_large_for_one_destination_halts_that_member_until_raised(
 ) -> None:
     global_topic = naming.global_topic(source_topic)
     # m3's cluster has a T-global that refuses records over 200 kB (an operator's choice
-    # kdsync respects: existing topics' configs are left alone).
+    # kdsync respects: a smaller max.message.bytes is reported as drift, never changed).
     create_topic(bootstrap["m3"], global_topic, 1, {"max.message.bytes": str(SMALL_LIMIT)})
     group = sidecar_group("toolarge", bootstrap, source_topic)
     group.start()
