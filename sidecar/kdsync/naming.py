@@ -118,6 +118,12 @@ def transactional_id(group: str, member: str) -> str:
     return f"{INTERNAL_PREFIX}{_group(group)}.{member}"
 
 
+def is_kafka_internal_topic(name: str) -> bool:
+    """True for Kafka's own topics (``__consumer_offsets``, ``__transaction_state``, ...):
+    the double underscore is Kafka's reserved prefix. Never a source topic."""
+    return name.startswith("__")
+
+
 def is_internal_topic(name: str) -> bool:
     """True for kdsync's own internal topics (never a source topic)."""
     return name.startswith(INTERNAL_PREFIX) and (

@@ -193,8 +193,15 @@ def test_patterns_never_select_kdsync_topics() -> None:
         "kdsync-g.ledger.internal",
         "orders-global",
         "kdsync-g.heartbeats-global",
+        "__consumer_offsets",  # Kafka's own
+        "__transaction_state",
     ):
         assert not topics.selects(name), name
+
+
+def test_listing_one_of_kafkas_own_topics_is_refused() -> None:
+    with pytest.raises(ValidationError, match=r"__consumer_offsets.*Kafka's own topics"):
+        TopicsConfig(names=("orders", "__consumer_offsets"))
 
 
 def test_tls_files_can_be_checked_later(tmp_path: Path) -> None:

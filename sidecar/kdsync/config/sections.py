@@ -271,6 +271,16 @@ class TopicsConfig(ConfigModel):
                     )
                 )
                 continue
+            if naming.is_kafka_internal_topic(name):
+                problems.append(
+                    (
+                        ("names", index),
+                        f"{name!r} is one of Kafka's own topics (the '__' prefix is "
+                        "reserved): replicating it would mix clusters' internal state",
+                        "list only your own topics",
+                    )
+                )
+                continue
             problem = naming.topic_name_problem(name + self.global_suffix)
             if problem:
                 problems.append(
@@ -290,13 +300,14 @@ class TopicsConfig(ConfigModel):
 
         Selected: listed in ``names`` or fully matching an ``include`` pattern, and not
         fully matching an ``exclude`` pattern. Replicated topics (ending with the suffix),
-        kdsync's internal topics and heartbeat topics are never selected (the sidecar
-        adds its own group's heartbeat topic itself).
+        kdsync's internal topics, heartbeat topics and Kafka's own topics are never
+        selected (the sidecar adds its own group's heartbeat topic itself).
         """
         if (
             topic.endswith(self.global_suffix)
             or naming.is_internal_topic(topic)
             or naming.is_heartbeat_topic(topic)
+            or naming.is_kafka_internal_topic(topic)
         ):
             return False
         if topic not in self.names and not any(re.fullmatch(p, topic) for p in self.include):

@@ -247,7 +247,9 @@ class GlobalWriter:
                         raise GlobalTopicLost(
                             topic,
                             f"does not exist any more, but this member has committed "
-                            f"{committed} events to it: it was deleted",
+                            f"{committed} events to it: it was deleted, or "
+                            "topics.globalSuffix was changed (a T-global is not renamed "
+                            "on a running group: docs/sidecar.md, source topics)",
                         ) from exc
                     raise
                 ends += high
@@ -257,7 +259,8 @@ class GlobalWriter:
                     f"ends at offset {ends} (summed over its {partitions} partition(s)), but "
                     f"this member has committed {committed} events to it: the topic was "
                     "deleted and recreated (or deleted while this member was down, and "
-                    "created again empty)",
+                    "created again empty), or topics.globalSuffix was changed (a T-global "
+                    "is not renamed on a running group: docs/sidecar.md, source topics)",
                 )
             self._history_checked[topic] = now
 
