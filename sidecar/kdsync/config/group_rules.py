@@ -86,8 +86,9 @@ def group_problems(
             (
                 ("tls",),
                 "peer links need mutual TLS: the tls section is missing",
-                "add `tls: {ca: ..., cert: ..., key: ...}` (kdsync.pki makes a group CA and "
-                "member certificates), or set `insecure: true` for a local test",
+                "add `tls: {ca: ..., cert: ..., key: ...}` (`kdsync pki --out DIR --config "
+                "member.yaml` makes a group CA and member certificates), or set "
+                "`insecure: true` for a local test",
             )
         )
     return problems

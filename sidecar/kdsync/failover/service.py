@@ -2,10 +2,12 @@
 
 ``translate_group(config, group, source, target)`` reads the group's committed offsets
 on every ``T-global`` topic in member ``source``'s cluster and maps each onto member
-``target``'s cluster (see ``kdsync.failover.translation``). ``apply_group`` then writes
-them to the group in ``target``: all of them or none, and only while the group has no
-active members there (Kafka would reject the write, and a running consumer would keep
-its own position anyway).
+``target``'s cluster (see ``kdsync.failover.translation``). ``Failover(config, source,
+target).apply(group)`` translates and writes them to the group in ``target``: all of them
+or none, and only while the group has no active members there (Kafka would reject the
+write, and a running consumer would keep its own position anyway). While ``target`` has
+not yet delivered what the group read, both wait up to ``wait`` seconds, then report how
+far behind it is.
 """
 
 from __future__ import annotations
