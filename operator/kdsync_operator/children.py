@@ -50,6 +50,8 @@ TLS_DIR = f"{CONFIG_DIR}/tls"
 KAFKA_CA_DIR = f"{CONFIG_DIR}/kafka"
 AUDIT_MAIN = "local:///opt/kdsync/audit/spark_main.py"
 CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
+# A hash of what every member must share (group_agreement): see rollout.py for why.
+AGREEMENT_HASH_ANNOTATION = f"{API_GROUP}/agreement-hash"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 MANAGED_BY = "kdsync-operator"
 GROUP_LABEL = f"{API_GROUP}/group"
@@ -198,22 +200,11 @@ def sidecar_config(
         if kafka is not None:
             entry["kafka"] = kafka
         members.append(entry)
-    topics: Obj = {
-        "globalSuffix": spec.topics.global_suffix,
-        "globalPartitions": spec.topics.global_partitions,
-    }
-    for key, values in (
-        ("names", spec.topics.names),
-        ("include", spec.topics.include),
-        ("exclude", spec.topics.exclude),
-    ):
-        if values:
-            topics[key] = list(values)
     config: Obj = {
         "group": group.name,
         "member": member,
         "members": members,
-        "topics": topics,
+        "topics": _topics_section(group),
         "tls": {
             "ca": f"{TLS_DIR}/ca.crt",
             "cert": f"{TLS_DIR}/tls.crt",
@@ -229,6 +220,33 @@ def sidecar_config(
     if group_offset_sync:
         config["groupOffsetSync"] = group_offset_sync
     return config, problems
+
+
+def _topics_section(group: Group) -> Obj:
+    topics = group.spec.topics
+    section: Obj = {
+        "globalSuffix": topics.global_suffix,
+        "globalPartitions": topics.global_partitions,
+    }
+    for key, values in (
+        ("names", topics.names),
+        ("include", topics.include),
+        ("exclude", topics.exclude),
+    ):
+        if values:
+            section[key] = list(values)
+    return section
+
+
+def group_agreement(group: Group) -> Obj:
+    """What every member's sidecar must share, as its config renders it: the member list
+    (names and roles, in order) and the topics settings. The sidecars compare exactly
+    this in their peer handshake (``SidecarConfig.agreement``) and refuse a peer whose
+    settings differ."""
+    return {
+        "members": [[m.name, m.witness] for m in group.spec.members],
+        "topics": _topics_section(group),
+    }
 
 
 def config_problems(group: Group, secrets: SecretData | None = None) -> list[SpecProblem]:
@@ -351,6 +369,7 @@ def statefulset(group: Group, member: MemberSpec, config_text: str, tls_digest: 
     annotations = dict(spec.sidecar.pod_annotations)
     if transport.type == "rdma" and transport.rdma is not None:
         annotations[MULTUS_ANNOTATION] = transport.rdma.network_attachment
+    annotations[AGREEMENT_HASH_ANNOTATION] = digest(group_agreement(group))
     pod_spec: Obj = {
         "serviceAccountName": sidecar_service_account(group.name),
         "automountServiceAccountToken": False,
@@ -409,11 +428,21 @@ def statefulset(group: Group, member: MemberSpec, config_text: str, tls_digest: 
     }
 
 
+def _template_annotation(sts: Mapping[str, Any], name: str) -> str | None:
+    template = sts.get("spec", {}).get("template", {})
+    value = template.get("metadata", {}).get("annotations", {}).get(name)
+    return value if isinstance(value, str) else None
+
+
 def config_hash(sts: Mapping[str, Any]) -> str | None:
     """The config hash on an observed StatefulSet's pod template."""
-    template = sts.get("spec", {}).get("template", {})
-    value = template.get("metadata", {}).get("annotations", {}).get(CONFIG_HASH_ANNOTATION)
-    return value if isinstance(value, str) else None
+    return _template_annotation(sts, CONFIG_HASH_ANNOTATION)
+
+
+def agreement_hash(sts: Mapping[str, Any]) -> str | None:
+    """The agreement hash on an observed StatefulSet's pod template (None: made by an
+    operator version that did not set it)."""
+    return _template_annotation(sts, AGREEMENT_HASH_ANNOTATION)
 
 
 # --- shared objects ------------------------------------------------------------------

@@ -17,6 +17,7 @@ class Children:
     shared: list[Obj] = field(default_factory=list)
     members: dict[str, list[Obj]] = field(default_factory=dict)  # config Secret + StatefulSet
     hashes: dict[str, str] = field(default_factory=dict)  # member -> desired config hash
+    agreement: str = ""  # hash of what every member must share (children.group_agreement)
     audit: list[Obj] = field(default_factory=list)
     problems: list[SpecProblem] = field(default_factory=list)
 
@@ -30,6 +31,7 @@ def build_children(
     ``pki.desired_pki_secrets``), keyed by name; ``secrets`` the user's referenced Secrets."""
     result = Children()
     result.problems = children.config_problems(group, secrets)
+    result.agreement = children.digest(children.group_agreement(group))
     result.shared += [
         children.sidecar_service_account_object(group),
         children.peers_service(group),

@@ -130,8 +130,14 @@ def _webhook_server() -> Any:
 @kopf.on.validate(
     API_GROUP, API_VERSION, PLURAL, id="validate-kdsyncgroup", operations=["CREATE", "UPDATE"]
 )
-def validate(spec: Mapping[str, Any], name: str | None, namespace: str | None, **_: Any) -> None:
+def validate(
+    spec: Mapping[str, Any], name: str | None, namespace: str | None, **kwargs: Any
+) -> None:
     problems = validation.spec_problems(name or "group", namespace or "default", dict(spec))
+    old = kwargs.get("old")  # the object before an UPDATE (kopf passes it; not typed there)
+    old_spec = old.get("spec") if isinstance(old, Mapping) else None
+    if isinstance(old_spec, Mapping):  # an UPDATE
+        problems += validation.membership_change_problems(old_spec, spec)
     if problems:
         raise kopf.AdmissionError("; ".join(str(p) for p in problems), code=422)
 
@@ -319,7 +325,12 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
         wanted.hashes,
         {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes},
         extra,
+        wanted.agreement,
     )
+    if plan.together and not wanted.problems:
+        logger.warning(
+            "group %s: %s (%s)", group.name, "; ".join(plan.notes), ", ".join(plan.apply)
+        )
     if not wanted.problems:
         for child in wanted.shared:
             _apply(child)
@@ -346,7 +357,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
                 logger.warning("cannot create %s: is the spark-operator installed?", child["kind"])
     observed = {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes}
     after = rollout.plan_rollout(
-        wanted.hashes, observed, [m for m in extra if m not in plan.delete]
+        wanted.hashes, observed, [m for m in extra if m not in plan.delete], wanted.agreement
     )
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     previous = obj.get("status") or {}

@@ -12,6 +12,15 @@ sidecar together and stop the group. The plan therefore:
 * deletes StatefulSets of members removed from the spec only once the rest is
   up to date and ready.
 
+One kind of change cannot go one member at a time: one that changes what every member
+must share (the member list and the topics settings: ``children.group_agreement``). The
+sidecars compare it when they connect and refuse a peer whose settings differ, so the
+first member updated could never rejoin the others and never become ready, and the
+rollout would wait for it for ever. Such a change updates every member at once: the group
+pauses ordering while they restart (no events are lost; sources are read on from the
+ledger's positions), which is what docs/operations.md tells users to expect. The webhook
+refuses changes of the member set itself, which no restart makes safe (issue #17).
+
 "Ready" is read from the StatefulSet status: the controller has observed the current
 generation, the update revision is the current revision, and the replica is ready.
 """
@@ -22,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdsync_operator.children import config_hash
+from kdsync_operator.children import agreement_hash, config_hash
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,7 @@ class MemberObservation:
     exists: bool
     ready: bool
     hash: str | None
+    agreement: str | None = None  # None: not known (an older operator made the StatefulSet)
 
 
 def statefulset_ready(sts: Mapping[str, Any] | None) -> bool:
@@ -52,6 +62,7 @@ def observe(name: str, sts: Mapping[str, Any] | None) -> MemberObservation:
         exists=sts is not None,
         ready=statefulset_ready(sts),
         hash=config_hash(sts) if sts is not None else None,
+        agreement=agreement_hash(sts) if sts is not None else None,
     )
 
 
@@ -62,6 +73,7 @@ class RolloutPlan:
     outdated: tuple[str, ...] = ()  # members still on an older config (incl. apply)
     waiting_for: tuple[str, ...] = ()  # not-ready members holding the rollout back
     updating: str | None = None  # the member being updated in this step
+    together: bool = False  # every outdated member is applied at once (shared settings)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -73,10 +85,11 @@ def plan_rollout(
     desired: Mapping[str, str],
     observed: Mapping[str, MemberObservation],
     extra: Sequence[str] = (),
+    agreement: str | None = None,
 ) -> RolloutPlan:
     """``desired``: member -> desired config hash, in spec order. ``observed``: member ->
     what its StatefulSet shows. ``extra``: members that have a StatefulSet but are no
-    longer in the spec."""
+    longer in the spec. ``agreement``: the desired agreement hash."""
     order = list(desired)
     missing = [
         m for m in order if not observed.get(m, MemberObservation(m, False, False, None)).exists
@@ -84,6 +97,18 @@ def plan_rollout(
     existing = [m for m in order if m not in missing]
     outdated = [m for m in existing if observed[m].hash != desired[m]]
     not_ready = [m for m in existing if not observed[m].ready]
+    if agreement is not None and any(
+        observed[m].agreement not in (None, agreement) for m in outdated
+    ):
+        return RolloutPlan(
+            apply=tuple(missing + outdated),
+            outdated=tuple(missing + outdated),
+            together=True,
+            notes=[
+                "the members or topics settings changed: members with different settings "
+                "refuse each other, so every member restarts at once"
+            ],
+        )
     apply = list(missing)
     updating: str | None = None
     for member in outdated:

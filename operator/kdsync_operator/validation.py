@@ -70,3 +70,45 @@ def spec_problems(name: str, namespace: str, spec: Mapping[str, Any]) -> list[Sp
     group = Group(name=name, namespace=namespace, uid="", generation=0, spec=parsed)
     problems += config_problems(group)
     return problems
+
+
+def _member_roles(spec: Mapping[str, Any]) -> dict[str, bool]:
+    """name -> witness, as written (the CRD's schema has already checked the shape)."""
+    roles: dict[str, bool] = {}
+    members = spec.get("members")
+    for item in members if isinstance(members, list) else []:
+        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            roles[item["name"]] = bool(item.get("witness", False))
+    return roles
+
+
+def membership_change_problems(
+    old_spec: Mapping[str, Any], new_spec: Mapping[str, Any]
+) -> list[SpecProblem]:
+    """An update that adds or removes members, or turns one into a witness or back.
+
+    Membership is static in the ordering core (docs/ordering.md): there is no protocol
+    yet by which a running group changes its voters (issue #17), and restarting members
+    onto a new list while others still run the old one could let two majorities order
+    at once. Reordering ``members`` or changing a member's Kafka settings or address is
+    not a membership change."""
+    old, new = _member_roles(old_spec), _member_roles(new_spec)
+    if old == new:
+        return []
+    changes = [f"adds {m}" for m in new if m not in old]
+    changes += [f"removes {m}" for m in old if m not in new]
+    changes += [
+        f"makes {m} a {'witness' if new[m] else 'data member'}"
+        for m in new
+        if m in old and old[m] != new[m]
+    ]
+    return [
+        SpecProblem(
+            "spec.members",
+            f"this update {', '.join(changes)}: a running group cannot change its members "
+            "(membership is static; no membership-change protocol yet)",
+            "change members with the group stopped: delete the KdsyncGroup (its topics, "
+            "ledger and consumer groups stay in Kafka), then apply it with the new member "
+            "list (docs/operations.md, Failover)",
+        )
+    ]

@@ -306,6 +306,33 @@ def test_a_spec_change_rolls_out_one_member_at_a_time_on_real_readiness(
     _check(cluster, traffic)
 
 
+def test_a_topics_change_restarts_every_member_together_and_the_group_comes_back(
+    cluster: Cluster, group: str, traffic: dict[str, int], figures: dict[str, float]
+) -> None:
+    """Members with different topics settings refuse each other, so the operator restarts
+    them all at once rather than one by one (docs/operations.md): the group must come
+    back by itself, and what was produced before and after lands exactly once."""
+    before = {m: p["metadata"]["uid"] for m, p in _sidecar_pods(cluster).items()}
+    began = time.monotonic()
+    patch = {"spec": {"topics": {"names": ["events", "events-later"]}}}
+    cluster.kubectl("patch", "kdg", GROUP, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(patch))
+
+    def replaced_and_ready() -> bool:
+        pods = _sidecar_pods(cluster)
+        replaced = all(m in pods and pods[m]["metadata"]["uid"] != before[m] for m in MEMBERS)
+        return replaced and all(_pod_ready(pods[m]) for m in MEMBERS) and _group_ready(cluster)
+
+    wait_for("every member restarted on the new topics", replaced_and_ready, timeout=600)
+    figures["topics change -> all 3 members restarted, group Ready"] = round(
+        time.monotonic() - began, 1
+    )
+    # (That the StatefulSets are updated all in one pass, without waiting for readiness,
+    # is tested against the API server: tests/integration/operator/test_operator.py.)
+    for pod in _produce(cluster, traffic, 500):
+        cluster.tool_result(pod)
+    _check(cluster, traffic)
+
+
 # --- audits ---------------------------------------------------------------------------------
 
 

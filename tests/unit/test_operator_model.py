@@ -353,6 +353,103 @@ def test_an_unready_outdated_member_is_updated_first_but_never_two_down() -> Non
     assert plan.apply == () and set(plan.waiting_for) == {"b", "c"}
 
 
+def test_a_change_of_shared_settings_updates_every_member_at_once() -> None:
+    """Members whose members/topics settings differ refuse each other: rolled one at a
+    time, the first would never be ready again and the rollout would wait for ever."""
+    observed = {
+        m: rollout.MemberObservation(m, True, m != "c", "old", agreement="shared-1")
+        for m in DESIRED
+    }
+    plan = rollout.plan_rollout(DESIRED, observed, agreement="shared-2")
+    assert plan.together and plan.apply == ("a", "b", "c")  # even with c not ready
+    assert plan.notes and "every member restarts at once" in plan.notes[0]
+    # Part of it applied (a pass cut short): the rest follows at once.
+    observed["a"] = rollout.MemberObservation("a", True, False, "new", agreement="shared-2")
+    plan = rollout.plan_rollout(DESIRED, observed, agreement="shared-2")
+    assert plan.together and plan.apply == ("b", "c")
+    # The same shared settings: one member at a time, as ever.
+    same = {m: rollout.MemberObservation(m, True, True, "old", "shared-2") for m in DESIRED}
+    plan = rollout.plan_rollout(DESIRED, same, agreement="shared-2")
+    assert not plan.together and plan.apply == ("a",)
+    # A StatefulSet of an older operator (no agreement annotation): not taken as a change.
+    unknown = {m: obs(m, hash="old") for m in DESIRED}
+    assert rollout.plan_rollout(DESIRED, unknown, agreement="shared-2").apply == ("a",)
+
+
+def _agreement_hash(group: Group) -> str:
+    sts = build(group).members["a"][1]
+    value = children.agreement_hash(sts)
+    assert value is not None
+    return value
+
+
+def _sidecar_agreement(group: Group) -> Any:
+    data, _ = children.sidecar_config(group, "a")
+    return parse_config(data, check_files=False).agreement()
+
+
+@pytest.mark.parametrize(
+    ("change", "shared"),
+    [
+        ({"ordering": {"tickMs": 20}}, False),
+        ({"sidecar": {"podAnnotations": {"x": "1"}}}, False),
+        ({"topics": {"names": ["orders", "refunds"]}}, True),
+        ({"topics": {"names": ["orders"], "globalPartitions": 3}}, True),
+        (
+            {
+                "members": [
+                    {"name": "b", "kafka": {"bootstrapServers": "kb:9092"}},
+                    {"name": "a", "kafka": {"bootstrapServers": "ka:9092"}},
+                    {"name": "w", "witness": True},
+                ]
+            },
+            True,
+        ),
+        (
+            {
+                "members": [
+                    {"name": "a", "kafka": {"bootstrapServers": "elsewhere:9092"}},
+                    {"name": "b", "kafka": {"bootstrapServers": "kb:9092"}},
+                    {"name": "w", "witness": True},
+                ]
+            },
+            False,
+        ),
+    ],
+)
+def test_the_agreement_hash_moves_exactly_when_the_sidecars_agreement_does(
+    change: dict[str, Any], shared: bool
+) -> None:
+    before, after = make_group(), make_group(**change)
+    assert (_sidecar_agreement(before) != _sidecar_agreement(after)) is shared
+    assert (_agreement_hash(before) != _agreement_hash(after)) is shared
+
+
+MEMBER_SPECS = [
+    {"name": "a", "kafka": {"bootstrapServers": "ka:9092"}},
+    {"name": "b", "kafka": {"bootstrapServers": "kb:9092"}},
+    {"name": "w", "witness": True},
+]
+
+
+def test_adding_removing_or_recasting_a_member_is_refused_on_update() -> None:
+    old = {"members": MEMBER_SPECS}
+    added = {"members": [*MEMBER_SPECS, {"name": "c", "kafka": {"bootstrapServers": "k:1"}}]}
+    removed = {"members": MEMBER_SPECS[:2]}
+    recast = {"members": [*MEMBER_SPECS[:2], {"name": "w", "kafka": {"bootstrapServers": "k"}}]}
+    for new, words in ((added, "adds c"), (removed, "removes w"), (recast, "makes w a data")):
+        problems = validation.membership_change_problems(old, new)
+        assert len(problems) == 1 and problems[0].path == "spec.members", problems
+        assert words in problems[0].problem and "delete the KdsyncGroup" in problems[0].fix
+    # Not membership changes: another order, another address.
+    moved = {"members": [MEMBER_SPECS[1], MEMBER_SPECS[0], MEMBER_SPECS[2]]}
+    readdressed = {
+        "members": [{"name": "a", "kafka": {"bootstrapServers": "x:1"}}, *MEMBER_SPECS[1:]]
+    }
+    assert validation.membership_change_problems(old, moved) == []
+    assert validation.membership_change_problems(old, readdressed) == []
+
+
 def test_removed_members_are_deleted_after_the_rest_is_done() -> None:
     observed = {"a": obs("a"), "b": obs("b", hash="old"), "c": obs("c")}
     assert rollout.plan_rollout(DESIRED, observed, ["x"]).delete == ()

@@ -230,6 +230,54 @@ def test_spec_change_rolls_one_member_at_a_time(kube: Kube) -> None:
     assert condition(group, "Progressing")["reason"] == "RolloutComplete"
 
 
+def test_a_topics_change_restarts_every_member_at_once(kube: Kube) -> None:
+    """Members with different topics settings refuse each other's peer links, so rolling
+    such a change one member at a time would leave the first one out for ever: all are
+    updated in one pass, without waiting for any to be ready."""
+    ns = kube.namespace()
+    kube.apply(group_manifest("topics", ns))
+    for member in MEMBERS:
+        wait_for(f"topics-{member}", kube.get, "sts", f"topics-{member}", ns)
+        mark_ready(kube, f"topics-{member}", ns)
+    kubectl_wait_ready(kube, "topics", ns)
+    before = {m: config_hash(kube, f"topics-{m}", ns) for m in MEMBERS}
+
+    kube.apply(group_manifest("topics", ns, topics={"names": ["orders", "refunds"], "include": []}))
+    wait_for(
+        "every member updated, none marked ready",
+        lambda: all(config_hash(kube, f"topics-{m}", ns) != before[m] for m in MEMBERS),
+    )
+    for member in MEMBERS:
+        secret = kube.get("secret", f"topics-{member}-config", ns)
+        assert secret is not None
+        text = base64.b64decode(secret["data"]["config.yaml"]).decode()
+        config = parse_config(yaml.safe_load(text), check_files=False)
+        assert list(config.topics.names) == ["orders", "refunds"], member
+    for member in MEMBERS:
+        mark_ready(kube, f"topics-{member}", ns)
+    kubectl_wait_ready(kube, "topics", ns)
+
+
+def test_adding_or_removing_a_member_of_a_running_group_is_refused(kube: Kube) -> None:
+    ns = kube.namespace()
+    kube.apply(group_manifest("static", ns))
+    wait_for("static-east", kube.get, "sts", "static-east", ns)
+    manifest = group_manifest("static", ns)
+    manifest["spec"]["members"].append(
+        {"name": "north", "kafka": {"bootstrapServers": "kafka-north:9092"}}
+    )
+    result = kube.run("apply", "-f", "-", input=json.dumps(manifest), check=False)
+    assert result.returncode != 0, "a member was added to a running group"
+    assert "adds north" in result.stderr and "delete the KdsyncGroup" in result.stderr
+    group = kube.get("kdsyncgroup", "static", ns)
+    assert group is not None
+    assert [m["name"] for m in group["spec"]["members"]] == MEMBERS  # nothing was written
+    # Reordering the same members is not a membership change.
+    manifest = group_manifest("static", ns)
+    manifest["spec"]["members"].reverse()
+    kube.run("apply", "-f", "-", input=json.dumps(manifest))
+
+
 INVALID = {
     "one member": (
         {"members": [{"name": "a", "kafka": {"bootstrapServers": "k:9092"}}]},
