@@ -32,6 +32,7 @@ __all__ = [
     "http_get",
     "latency_figures",
     "start_watched",
+    "start_with_traffic",
     "verify_group",
     "wait_for",
 ]
@@ -46,6 +47,22 @@ def start_watched(
     group.start()
     group.wait_ready(timeout=90)
     return global_topic, GlobalWatch(clusters, global_topic)
+
+
+def start_with_traffic(
+    group: LocalSidecarGroup,
+    clusters: Mapping[str, str],
+    source_topic: str,
+    count_per_origin: int,
+) -> dict[str, int]:
+    """Start every sidecar of ``group``, wait until all are ready, produce
+    ``count_per_origin`` events into each origin and check the group replicated them
+    (the healthy start most fault tests begin from). Returns the events per origin."""
+    group.start()
+    group.wait_ready(timeout=90)
+    produced = Traffic(clusters, source_topic, count_per_origin=count_per_origin).start().join()
+    verify_group(group, clusters, source_topic, naming.global_topic(source_topic), produced)
+    return produced
 
 
 def brief_status(group: LocalSidecarGroup) -> str:

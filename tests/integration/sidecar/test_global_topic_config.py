@@ -27,6 +27,7 @@ from tests.integration.sidecar.harness import (
     Traffic,
     brief_status,
     http_get,
+    start_with_traffic,
     verify_group,
     wait_for,
 )
@@ -71,10 +72,7 @@ def test_config_drift_is_reported_and_fixed_where_the_rule_allows(
 ) -> None:
     global_topic = naming.global_topic(source_topic)
     group = sidecar_group("topicconfig", bootstrap, source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    before = Traffic(bootstrap, source_topic, count_per_origin=100).start().join()
-    verify_group(group, bootstrap, source_topic, global_topic, before)
+    before = start_with_traffic(group, bootstrap, source_topic, 100)
     # Every member has checked its T-global and found it as the rule wants.
     wait_for(
         "every member to check its T-global configs",

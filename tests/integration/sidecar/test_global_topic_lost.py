@@ -24,6 +24,7 @@ from tests.integration.sidecar.harness import (
     Traffic,
     brief_status,
     http_get,
+    start_with_traffic,
     verify_group,
     wait_for,
 )
@@ -79,10 +80,7 @@ def test_a_lost_global_topic_halts_that_member_until_restored(
 ) -> None:
     global_topic = naming.global_topic(source_topic)
     group = sidecar_group("lost-global", bootstrap, source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    before = Traffic(bootstrap, source_topic, count_per_origin=200).start().join()
-    verify_group(group, bootstrap, source_topic, global_topic, before)
+    before = start_with_traffic(group, bootstrap, source_topic, 200)
 
     _recreate_empty(bootstrap["m2"], global_topic)
     during = Traffic(bootstrap, source_topic, count_per_origin=50).start().join()

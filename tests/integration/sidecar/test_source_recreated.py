@@ -23,7 +23,7 @@ from tests.integration.sidecar.harness import (
     GlobalWatch,
     Traffic,
     brief_status,
-    verify_group,
+    start_with_traffic,
     wait_for,
 )
 from tests.support.plain_kafka import create_topic
@@ -52,10 +52,7 @@ def test_a_recreated_source_topic_is_stopped_not_taken_for_duplicates(
 ) -> None:
     global_topic = naming.global_topic(source_topic)
     group = sidecar_group("recreated", bootstrap, source_topic)
-    group.start()
-    group.wait_ready(timeout=90)
-    before = Traffic(bootstrap, source_topic, count_per_origin=300).start().join()
-    verify_group(group, bootstrap, source_topic, global_topic, before)
+    before = start_with_traffic(group, bootstrap, source_topic, 300)
 
     _recreate(bootstrap["m1"], source_topic)
     Traffic({"m1": bootstrap["m1"]}, source_topic, count_per_origin=30).start().join()
