@@ -93,6 +93,16 @@ def kubectl_wait_ready(kube: Kube, name: str, namespace: str) -> subprocess.Comp
     return result
 
 
+def ready_group(kube: Kube, name: str, namespace: str) -> dict[str, str | None]:
+    """Create the group, play every member ready, wait for Ready; the config hashes."""
+    kube.apply(group_manifest(name, namespace))
+    for member in MEMBERS:
+        wait_for(f"{name}-{member}", kube.get, "sts", f"{name}-{member}", namespace)
+        mark_ready(kube, f"{name}-{member}", namespace)
+    kubectl_wait_ready(kube, name, namespace)
+    return {m: config_hash(kube, f"{name}-{m}", namespace) for m in MEMBERS}
+
+
 def test_creates_every_child_and_becomes_ready(kube: Kube) -> None:
     ns = kube.namespace()
     kube.apply(group_manifest("orders", ns))
@@ -183,12 +193,7 @@ def test_creates_every_child_and_becomes_ready(kube: Kube) -> None:
 
 def test_spec_change_rolls_one_member_at_a_time(kube: Kube) -> None:
     ns = kube.namespace()
-    kube.apply(group_manifest("roll", ns))
-    for member in MEMBERS:
-        wait_for(f"roll-{member}", kube.get, "sts", f"roll-{member}", ns)
-        mark_ready(kube, f"roll-{member}", ns)
-    kubectl_wait_ready(kube, "roll", ns)
-    before = {m: config_hash(kube, f"roll-{m}", ns) for m in MEMBERS}
+    before = ready_group(kube, "roll", ns)
 
     kube.apply(group_manifest("roll", ns, ordering={"tickMs": 20}))
     order: list[str] = []
@@ -235,12 +240,7 @@ def test_a_topics_change_restarts_every_member_at_once(kube: Kube) -> None:
     such a change one member at a time would leave the first one out for ever: all are
     updated in one pass, without waiting for any to be ready."""
     ns = kube.namespace()
-    kube.apply(group_manifest("topics", ns))
-    for member in MEMBERS:
-        wait_for(f"topics-{member}", kube.get, "sts", f"topics-{member}", ns)
-        mark_ready(kube, f"topics-{member}", ns)
-    kubectl_wait_ready(kube, "topics", ns)
-    before = {m: config_hash(kube, f"topics-{m}", ns) for m in MEMBERS}
+    before = ready_group(kube, "topics", ns)
 
     kube.apply(group_manifest("topics", ns, topics={"names": ["orders", "refunds"], "include": []}))
     wait_for(
