@@ -38,6 +38,13 @@ _ENDS_SECONDS = 1.0  # how often end offsets are refreshed for the record-lag me
 # gets a new consumer (see _check_stalled); checked this often.
 _STALL_SECONDS = 30.0
 _STALL_CHECK_SECONDS = 10.0
+# The largest event kdsync carries. An event travels alone in its origin batch, which
+# crosses the peer port as one frame and is stored as one ordering-log record, both capped
+# at 64 MiB (transport/framing.py, topics.LOG_TOPIC_CONFIG); half of that leaves room for
+# the envelope and for a replication message's other entries. A larger event is stopped
+# at the source with a reason instead of failing the sidecar each time it is read.
+MAX_EVENT_BYTES = 32 * 1024 * 1024
+_LARGE_EVENT_BYTES = 1024 * 1024
 
 
 class SourceReader:
@@ -301,6 +308,8 @@ class SourceReader:
                 self._note_error(f"reading sources: {error}")
         now = time.monotonic()
         for where, events in by_partition.items():
+            if where in self.stopped:
+                continue  # fetched before the pause took effect
             self._progress_at[where] = now
             self._quiet_ends.pop(where, None)
             self._from_beginning.discard(where)
@@ -331,11 +340,7 @@ class SourceReader:
                 "Fix: write new events to a topic of another name (a recreated topic is a "
                 "new source to kdsync), or see docs/operations.md on recreated source topics"
             )
-            self.stopped[where] = reason
-            self._consumer.pause([TopicPartition(topic, partition)])
-            self.errors += 1
-            self.last_error = reason
-            log.error("%s", reason)
+            self._stop_reading(where, reason)
             return
         if low <= position:  # back in range meanwhile (the log grew): read on from there
             self._consumer.incremental_unassign([TopicPartition(topic, partition)])
@@ -351,6 +356,14 @@ class SourceReader:
         self._consumer.incremental_unassign([TopicPartition(topic, partition)])
         self._consumer.incremental_assign([TopicPartition(topic, partition, low)])
 
+    def _stop_reading(self, where: tuple[str, int], reason: str) -> None:
+        """Reads no more of this partition, for the reason given (until a restart)."""
+        self.stopped[where] = reason
+        self._consumer.pause([TopicPartition(*where)])
+        self.errors += 1
+        self.last_error = reason
+        log.error("%s", reason)
+
     def _cut(self, where: tuple[str, int], events: list[SourceEvent]) -> None:
         topic, partition = where
         position = self._assigned.get(where, events[0].offset)
@@ -358,6 +371,16 @@ class SourceReader:
         size = 0
         for event in events:
             event_size = 24 + len(event.key or b"") + len(event.value or b"")
+            if event_size > _LARGE_EVENT_BYTES:  # rare: only large events count headers
+                event_size += sum(len(name) + len(value or b"") for name, value in event.headers)
+                if event_size > MAX_EVENT_BYTES:
+                    if chunk:
+                        position = self._put(topic, partition, position, chunk)
+                    self._assigned[where] = position
+                    self._stop_reading(
+                        where, _too_large(topic, partition, event.offset, event_size)
+                    )
+                    return
             if chunk and (size + event_size > self._max_bytes or len(chunk) >= self._max_events):
                 position = self._put(topic, partition, position, chunk)
                 chunk, size = [], 0
@@ -377,6 +400,20 @@ class SourceReader:
             except queue.Full:
                 self._on_batches()
         return end
+
+
+def _too_large(topic: str, partition: int, offset: int, size: int) -> str:
+    limit_mib = MAX_EVENT_BYTES // (1024 * 1024)
+    return (
+        f"source {topic}[{partition}] offset {offset}: an event of {size} bytes is over the "
+        f"{MAX_EVENT_BYTES} bytes ({limit_mib} MiB) kdsync carries per event. kdsync stops "
+        "reading this partition at that event: it and the events after it stay in the "
+        "topic, unreplicated; the events before it are replicated as usual. Fix: keep "
+        f"events under {limit_mib} MiB (a large payload belongs in object storage, with a "
+        "reference in the event); to go on past this one without it, delete it from the "
+        f"source (kafka-delete-records.sh, offset {offset + 1} for {topic} partition "
+        f"{partition}; no member will then have it) and restart this sidecar"
+    )
 
 
 def _close_quietly(consumer: Consumer) -> None:
