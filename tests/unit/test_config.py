@@ -319,6 +319,12 @@ MISTAKES: dict[str, tuple[Callable[[Data], None], str, str]] = {
         "at least 11",
     ),
     "non-positive tick": (_set("ordering", {"tickMs": 0}), "ordering.tickMs", ">= 1"),
+    # A batch crosses the peer port as one frame (64 MiB at most): larger would fail there.
+    "batch larger than a frame allows": (
+        _set("ordering", {"maxBatchBytes": 100 * 1024 * 1024}),
+        "ordering.maxBatchBytes",
+        "<= 16777216",
+    ),
     "witness with kafka": (
         _set("members.2.witness", True),
         "members[2].kafka",

@@ -430,7 +430,11 @@ class OrderingConfig(ConfigModel):
         default=100, ge=1, description="an unordered batch is offered again after this long"
     )
     max_batch_events: int = Field(default=500, ge=1, description="events per origin batch")
-    max_batch_bytes: int = Field(default=1024 * 1024, ge=1, description="bytes per origin batch")
+    # At most 16 MiB: a batch crosses the peer port as one frame and is stored as one
+    # ordering-log record, both capped at 64 MiB (with room for one event of up to 32 MiB).
+    max_batch_bytes: int = Field(
+        default=1024 * 1024, ge=1, le=16 * 1024 * 1024, description="bytes per origin batch"
+    )
     max_entries_per_append: int = Field(
         default=_TIMING_DEFAULTS.max_entries_per_append,
         ge=1,
@@ -439,6 +443,7 @@ class OrderingConfig(ConfigModel):
     max_append_bytes: int = Field(
         default=_TIMING_DEFAULTS.max_append_bytes,
         ge=1024,
+        le=16 * 1024 * 1024,  # one replication message is one frame of at most 64 MiB
         description="payload bytes per replication message (one entry is always sent)",
     )
     max_uncommitted: int = Field(

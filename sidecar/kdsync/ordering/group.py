@@ -61,6 +61,9 @@ class Timing:
     max_outbox: int = 1024  # batches an origin keeps until they are delivered
     max_outbox_bytes: int = 64 * 1024 * 1024
     max_forward: int = 16  # batches an origin has on their way to the leader at once
+    # Bounds a Forward's payload (at least one batch is always sent), as max_append_bytes
+    # does an Append's: a peer frame holds 64 MiB, a batch up to 16 MiB or one 32 MiB event.
+    max_forward_bytes: int = 16 * 1024 * 1024
     # A leader admits new batches only while the faster half of the data members has
     # applied all but this many committed entries.
     max_unapplied: int = 1024

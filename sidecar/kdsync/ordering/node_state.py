@@ -74,7 +74,11 @@ class NodeState:
         self._admission: deque[OriginBatch] = deque()
 
         self.outbox = Outbox(
-            timing.max_outbox, timing.max_outbox_bytes, timing.max_forward, timing.resend_ticks
+            timing.max_outbox,
+            timing.max_outbox_bytes,
+            timing.max_forward,
+            timing.resend_ticks,
+            timing.max_forward_bytes,
         )
         self._opened: set[tuple[str, str, int]] = set()
         self._loaded: dict[int, Entry] = {}

@@ -34,11 +34,19 @@ class _Pending:
 
 
 class Outbox:
-    def __init__(self, max_batches: int, max_bytes: int, window: int, resend_ticks: int) -> None:
+    def __init__(
+        self,
+        max_batches: int,
+        max_bytes: int,
+        window: int,
+        resend_ticks: int,
+        max_forward_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
         self.max_batches = max_batches
         self.max_bytes = max_bytes
         self.window = window
         self.resend_ticks = resend_ticks
+        self.max_forward_bytes = max_forward_bytes
         self._queues: dict[OriginPartition, deque[_Pending]] = {}
         self._by_key: dict[BatchKey, _Pending] = {}
         self._bytes = 0
@@ -65,11 +73,14 @@ class Outbox:
 
     def due(self, now: int, limit: int | None = None) -> list[OriginBatch]:
         """Batches to send now, in offer order per partition, marked sent: never sent,
-        or forwarded ``resend_ticks`` ago without showing up; within the window."""
+        or forwarded ``resend_ticks`` ago without showing up; within the window, and
+        together at most ``max_forward_bytes`` (or one batch): they travel in one message,
+        and a peer frame has a size limit. What does not fit goes at the next call."""
         room = self.window - self._travelling
         if (not self._unsent or room <= 0) and now < self._resend_at:
             return []  # the common case, asked on every input: nothing to scan for
         out: list[OriginBatch] = []
+        size = 0
         resend_at = _LATER
         for queue in self._queues.values():
             for pending in queue:
@@ -77,6 +88,10 @@ class Outbox:
                     return out
                 if pending.appended:
                     continue
+                due = pending.sent_at is None or now - pending.sent_at >= self.resend_ticks
+                if due and out and size + pending.size > self.max_forward_bytes:
+                    self._resend_at = now  # the rest is looked at again at the next call
+                    return out
                 if pending.sent_at is None:
                     if room <= 0:
                         break  # later batches of this partition wait behind this one
@@ -89,6 +104,7 @@ class Outbox:
                 pending.sent_at = now
                 resend_at = min(resend_at, now + self.resend_ticks)
                 out.append(pending.batch)
+                size += pending.size
         self._resend_at = resend_at if limit is None or len(out) < limit else now
         return out
 
