@@ -13,10 +13,14 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from kdsync import naming
 from kdsync.local_group import LocalSidecarGroup
+from kdsync.transport.identity import MemberTlsFiles
 from kdsync.verification.group_check import GlobalWatch, wait_for
 from kdsync.verification.group_check import verify_group as check_and_verify
 from kdsync.verification.replica_check import CheckResult
@@ -31,10 +35,12 @@ __all__ = [
     "event_record",
     "http_get",
     "latency_figures",
+    "member_tls_files",
     "start_watched",
     "start_with_traffic",
     "verify_group",
     "wait_for",
+    "wait_for_exactly",
 ]
 
 
@@ -129,3 +135,31 @@ def latency_figures(group: LocalSidecarGroup, names: Sequence[str]) -> dict[str,
             "transactions": status.get("transactions"),
         }
     return figures
+
+
+def member_tls_files(config_path: Path) -> MemberTlsFiles:
+    """The CA, certificate and key a member's sidecar config names."""
+    tls = yaml.safe_load(config_path.read_text())["tls"]
+    return MemberTlsFiles(ca_cert=Path(tls["ca"]), cert=Path(tls["cert"]), key=Path(tls["key"]))
+
+
+def wait_for_exactly(
+    group: LocalSidecarGroup, clusters: Mapping[str, str], global_topic: str, expected: int
+) -> GlobalWatch:
+    """Wait until every member's ``T-global`` holds ``expected`` events, then read each to
+    its end and require exactly that many. Returns the (closed) watch, whose followers
+    still hold what they read."""
+    watch = GlobalWatch(clusters, global_topic)
+    try:
+        wait_for(
+            f"{expected} events in every {global_topic}",
+            lambda: all(watch.count(m) >= expected for m in clusters),
+            timeout=120,
+            describe=lambda: brief_status(group),
+        )
+        for member, follower in watch.followers.items():
+            follower.read_to_end(60)
+            assert len(follower.records) == expected, (member, len(follower.records))
+    finally:
+        watch.close()
+    return watch

@@ -23,11 +23,11 @@ from kdsync import naming
 from kdsync.kafka.source_reader import MAX_EVENT_BYTES
 from kdsync.local_group import LocalSidecarGroup
 from tests.integration.sidecar.harness import (
-    GlobalWatch,
     Traffic,
     brief_status,
     start_with_traffic,
     wait_for,
+    wait_for_exactly,
 )
 
 pytestmark = pytest.mark.kafka
@@ -129,17 +129,6 @@ def _wait_for_every_global(
 ) -> None:
     """Every member's T-global holds exactly ``expected`` events, the huge one not among
     them."""
-    watch = GlobalWatch(bootstrap, global_topic)
-    try:
-        wait_for(
-            f"{expected} events in every {global_topic}",
-            lambda: all(watch.count(m) >= expected for m in bootstrap),
-            timeout=120,
-            describe=lambda: brief_status(group),
-        )
-        for member, follower in watch.followers.items():
-            follower.read_to_end(60)
-            assert len(follower.records) == expected, (member, len(follower.records))
-            assert not [r for _, _, r in follower.records if r.key == b"the-huge-one"], member
-    finally:
-        watch.close()
+    watch = wait_for_exactly(group, bootstrap, global_topic, expected)
+    for member, follower in watch.followers.items():
+        assert not [r for _, _, r in follower.records if r.key == b"the-huge-one"], member

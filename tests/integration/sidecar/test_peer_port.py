@@ -12,25 +12,23 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import yaml
 
 from kdsync.local_group import LocalSidecarGroup
 from kdsync.transport.framing import encode_frame
-from kdsync.transport.identity import MemberTlsFiles
 from kdsync.transport.tls import client_context
-from tests.integration.sidecar.harness import Traffic, http_get, start_watched, verify_group
+from tests.integration.sidecar.harness import (
+    Traffic,
+    http_get,
+    member_tls_files,
+    start_watched,
+    verify_group,
+)
 
 pytestmark = pytest.mark.kafka
 
 DEADLINE_S = 30.0  # the sidecar's handshake timeout is 10 s
-
-
-def _tls_files(config_path: Path) -> MemberTlsFiles:
-    tls = yaml.safe_load(config_path.read_text())["tls"]
-    return MemberTlsFiles(ca_cert=Path(tls["ca"]), cert=Path(tls["cert"]), key=Path(tls["key"]))
 
 
 def _closed_by_server(
@@ -85,7 +83,7 @@ def test_hostile_clients_are_closed_counted_and_change_nothing(
     before = _rejected(group, "m1")
     by_reason_before = _refused(group, "m1")
     traffic = Traffic(bootstrap, source_topic, rate_per_origin=20).start()
-    member_tls = _tls_files(group.members["m2"].config_path)
+    member_tls = member_tls_files(group.members["m2"].config_path)
     with_member_cert = client_context(member_tls)
     with_member_cert.check_hostname = False
     without_cert = ssl.create_default_context(cafile=str(member_tls.ca_cert))

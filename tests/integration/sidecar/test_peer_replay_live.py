@@ -14,10 +14,8 @@ import json
 import socket
 import ssl
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from kdsync.local_group import LocalSidecarGroup
@@ -30,6 +28,7 @@ from kdsync.wire_format.messages import encode_message
 from tests.integration.sidecar.harness import (
     Traffic,
     brief_status,
+    member_tls_files,
     start_watched,
     verify_group,
     wait_for,
@@ -39,11 +38,6 @@ pytestmark = pytest.mark.kafka
 
 REPLAYED_EVENTS = 20
 REPLAYS = 5
-
-
-def _tls_files(config_path: Path) -> MemberTlsFiles:
-    tls = yaml.safe_load(config_path.read_text())["tls"]
-    return MemberTlsFiles(ca_cert=Path(tls["ca"]), cert=Path(tls["cert"]), key=Path(tls["key"]))
 
 
 def _first_events(servers: str, topic: str, count: int) -> tuple[SourceEvent, ...]:
@@ -127,7 +121,7 @@ def test_a_member_replaying_its_old_forwards_changes_nothing(
     frames = [encode_message(Forward(t, (batch,))) for t in (term, max(term - 1, 0))]
     _replay_as(
         origin,
-        _tls_files(group.members[origin].config_path),
+        member_tls_files(group.members[origin].config_path),
         group.group,
         group.members[leader].peer,
         frames * REPLAYS,

@@ -20,11 +20,11 @@ from kdsync.local_group import LocalSidecarGroup
 from kdsync.runtime.status_report import render
 from tests.integration.sidecar.harness import (
     PARTITIONS,
-    GlobalWatch,
     Traffic,
     brief_status,
     start_with_traffic,
     wait_for,
+    wait_for_exactly,
 )
 from tests.support.plain_kafka import create_topic
 
@@ -80,16 +80,4 @@ def test_a_recreated_source_topic_is_stopped_not_taken_for_duplicates(
     # none of m1's new records was taken in (nor any old one lost).
     later = Traffic({"m2": bootstrap["m2"]}, source_topic, count_per_origin=50).start().join()
     expected = sum(before.values()) + later["m2"]
-    watch = GlobalWatch(bootstrap, global_topic)
-    try:
-        wait_for(
-            f"{expected} events in every {global_topic}",
-            lambda: all(watch.count(m) >= expected for m in bootstrap),
-            timeout=120,
-            describe=lambda: brief_status(group),
-        )
-        for member, follower in watch.followers.items():
-            follower.read_to_end(60)
-            assert len(follower.records) == expected, (member, len(follower.records))
-    finally:
-        watch.close()
+    wait_for_exactly(group, bootstrap, global_topic, expected)
