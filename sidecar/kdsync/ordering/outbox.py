@@ -40,7 +40,7 @@ class Outbox:
         max_bytes: int,
         window: int,
         resend_ticks: int,
-        max_forward_bytes: int = 16 * 1024 * 1024,
+        max_forward_bytes: int,
     ) -> None:
         self.max_batches = max_batches
         self.max_bytes = max_bytes
