@@ -5,8 +5,11 @@ With ``spec.checks.enabled`` the operator owns, for group ``g``:
 * ``g-audit-config`` (Secret): the group's sidecar config, rendered for the first data
   member (configs differ only in ``member``), mounted at ``/etc/kdsync`` like in a sidecar;
 * ``g-audit-report`` (ConfigMap): created empty; the Spark job writes ``report.json``;
-* ``g-audit`` ServiceAccount, Role, RoleBinding: what the Spark driver needs (executor
-  pods, their services and config maps) and update rights on the report ConfigMap only;
+* ``g-audit`` ServiceAccount, Role and RoleBinding: update rights on the report ConfigMap
+  only; ``g-audit-driver`` RoleBinding: what a Spark driver needs to run its executors
+  (pods, their services and config maps), from the ClusterRole the chart installs beside
+  the operator's. The operator may only *bind* that ClusterRole, so it need not hold pod
+  rights itself (RBAC forbids granting in a Role what the granter does not hold);
 * ``g-audit``: a ``ScheduledSparkApplication`` when ``checks.schedule`` is set, else a
   one-off ``SparkApplication`` (sparkoperator.k8s.io/v1beta2).
 
@@ -31,6 +34,9 @@ SPARK_API = "sparkoperator.k8s.io/v1beta2"
 REPORT_KEY = "report.json"
 REPORT_VERSION = 1
 TERMINAL_FAILED = frozenset({"FAILED", "SUBMISSION_FAILED", "FAILING", "UNKNOWN"})
+# The chart's name for it with its default release name; the chart tells the operator
+# the name it rendered (KDSYNC_AUDIT_DRIVER_CLUSTERROLE).
+DEFAULT_DRIVER_CLUSTER_ROLE = "kdsync-operator-audit-driver"
 
 
 def audit_config_secret_name(group: str) -> str:
@@ -176,11 +182,22 @@ def spark_object(group: Group) -> Obj:
     }
 
 
-def rbac_objects(group: Group) -> list[Obj]:
-    """ServiceAccount, Role and RoleBinding for the Spark driver (unless the user names
-    their own service account, which then needs the same rules)."""
+def driver_binding_name(group: str) -> str:
+    return f"{children.audit_name(group)}-driver"
+
+
+def rbac_objects(group: Group, driver_cluster_role: str) -> list[Obj]:
+    """ServiceAccount (unless the user names their own), a Role for the report and a
+    RoleBinding of ``driver_cluster_role`` (the Spark driver's executor rights) in the
+    group's namespace only."""
     name = children.audit_name(group.name)
-    report = children.audit_report_configmap(group.name)
+    subjects = [
+        {
+            "kind": "ServiceAccount",
+            "name": audit_service_account(group),
+            "namespace": group.namespace,
+        }
+    ]
     objects: list[Obj] = []
     if not group.spec.checks.service_account_name:
         objects.append(
@@ -190,27 +207,20 @@ def rbac_objects(group: Group) -> list[Obj]:
                 "metadata": children._meta(group, name, "audit"),
             }
         )
-    rules = [
-        # The report: read and overwrite this one ConfigMap only.
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "resourceNames": [report],
-            "verbs": ["get", "update", "patch"],
-        },
-        # What a Spark driver on Kubernetes needs to run its executors.
-        {
-            "apiGroups": [""],
-            "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-            "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
-        },
-    ]
     objects.append(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": children._meta(group, name, "audit"),
-            "rules": rules,
+            # The report: read and overwrite this one ConfigMap only.
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [children.audit_report_configmap(group.name)],
+                    "verbs": ["get", "update", "patch"],
+                }
+            ],
         }
     )
     objects.append(
@@ -219,19 +229,26 @@ def rbac_objects(group: Group) -> list[Obj]:
             "kind": "RoleBinding",
             "metadata": children._meta(group, name, "audit"),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [
-                {
-                    "kind": "ServiceAccount",
-                    "name": audit_service_account(group),
-                    "namespace": group.namespace,
-                }
-            ],
+            "subjects": subjects,
+        }
+    )
+    objects.append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": children._meta(group, driver_binding_name(group.name), "audit"),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": driver_cluster_role,
+            },
+            "subjects": subjects,
         }
     )
     return objects
 
 
-def audit_objects(group: Group, secrets: SecretData) -> list[Obj]:
+def audit_objects(group: Group, secrets: SecretData, driver_cluster_role: str) -> list[Obj]:
     config, _ = children.sidecar_config(group, _audit_member(group), secrets)
     text = children.render_config(config)
     secret = children.config_secret(group, _audit_member(group), text)
@@ -241,7 +258,7 @@ def audit_objects(group: Group, secrets: SecretData) -> list[Obj]:
         "kind": "ConfigMap",
         "metadata": children._meta(group, children.audit_report_configmap(group.name), "audit"),
     }
-    return [*rbac_objects(group), secret, report, spark_object(group)]
+    return [*rbac_objects(group, driver_cluster_role), secret, report, spark_object(group)]
 
 
 def schedule_changed(existing: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> bool:

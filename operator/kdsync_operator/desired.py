@@ -26,9 +26,11 @@ def build_children(
     group: Group,
     pki_secrets: Mapping[str, Obj],
     secrets: SecretData,
+    audit_driver_role: str = audit.DEFAULT_DRIVER_CLUSTER_ROLE,
 ) -> Children:
     """All desired children. ``pki_secrets`` are the CA/member TLS Secrets (from
-    ``pki.desired_pki_secrets``), keyed by name; ``secrets`` the user's referenced Secrets."""
+    ``pki.desired_pki_secrets``), keyed by name; ``secrets`` the user's referenced Secrets;
+    ``audit_driver_role`` the ClusterRole the audit's Spark driver is bound to."""
     result = Children()
     result.problems = children.config_problems(group, secrets)
     result.agreement = children.digest(children.group_agreement(group))
@@ -48,5 +50,5 @@ def build_children(
         assert hashed is not None
         result.hashes[member.name] = hashed
     if group.spec.checks.enabled:
-        result.audit = audit.audit_objects(group, secrets)
+        result.audit = audit.audit_objects(group, secrets, audit_driver_role)
     return result

@@ -21,6 +21,9 @@ Environment:
   ``KDSYNC_WEBHOOK_CERT``/``KDSYNC_WEBHOOK_KEY`` (PEM files; if unset a self-signed
   certificate is made), ``KDSYNC_WEBHOOK_MANAGED`` (if set, kopf creates/updates the
   ValidatingWebhookConfiguration of that name; the Helm chart renders its own instead);
+* ``KDSYNC_AUDIT_DRIVER_CLUSTERROLE`` (default ``kdsync-operator-audit-driver``): the
+  ClusterRole each group's audit driver is bound to in the group's namespace (the chart
+  installs it and lets the operator bind only that one);
 * ``KDSYNC_SCRAPE_METRICS`` = ``on`` to read ``kdsync_delivered_seq`` / ``kdsync_member_lag``
   from each sidecar's ``/metrics`` (pod IP, port 8080) for the per-member status.
 """
@@ -52,6 +55,9 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 FIELD_MANAGER = "kdsync-operator"
 RESYNC_SECONDS = float(os.environ.get("KDSYNC_RESYNC_SECONDS", "30"))
+AUDIT_DRIVER_ROLE = os.environ.get(
+    "KDSYNC_AUDIT_DRIVER_CLUSTERROLE", audit.DEFAULT_DRIVER_CLUSTER_ROLE
+)
 MANAGED_SELECTOR = {"app.kubernetes.io/managed-by": children.MANAGED_BY}
 
 _clients: dict[str, Any] = {}
@@ -317,7 +323,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
     group = Group.from_object(obj)
     secrets = _referenced_secrets(group)
     pki_secrets = pki.desired_pki_secrets(group, _existing_pki(group))
-    wanted = desired.build_children(group, pki_secrets, secrets)
+    wanted = desired.build_children(group, pki_secrets, secrets, AUDIT_DRIVER_ROLE)
     observed_sts = _statefulsets(group)
     in_spec = {m.name for m in group.spec.members}
     extra = sorted(m for m in observed_sts if m not in in_spec)

@@ -232,8 +232,20 @@ def test_audit_objects_for_a_one_off_and_a_scheduled_check() -> None:
     bundle = build(group)
     kinds = [o["kind"] for o in bundle.audit]
     assert kinds == [
-        "ServiceAccount", "Role", "RoleBinding", "Secret", "ConfigMap", "SparkApplication",
+        "ServiceAccount", "Role", "RoleBinding", "RoleBinding", "Secret", "ConfigMap",
+        "SparkApplication",
     ]  # fmt: skip
+    # The Role holds only the report; executor rights come from binding the chart's
+    # audit-driver ClusterRole, in the group's namespace.
+    role, binding, driver = bundle.audit[1:4]
+    assert [r["resourceNames"] for r in role["rules"]] == [["g-audit-report"]]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "g-audit",
+    }  # fmt: skip
+    assert driver["roleRef"]["kind"] == "ClusterRole"
+    assert driver["roleRef"]["name"] == audit.DEFAULT_DRIVER_CLUSTER_ROLE
+    assert driver["metadata"]["namespace"] == "ns"
+    assert driver["subjects"] == binding["subjects"]
     app = bundle.audit[-1]
     assert app["spec"]["arguments"] == [
         "--config", "/etc/kdsync/config.yaml", "--report-configmap", "ns/g-audit-report",
@@ -250,14 +262,14 @@ def test_audit_objects_for_a_one_off_and_a_scheduled_check() -> None:
     assert app["spec"]["sparkConf"].items() <= DEFAULT_SETTINGS.items()
     wide = make_group(checks={"enabled": True, "executor": {"cores": 4, "instances": 3}})
     assert build(wide).audit[-1]["spec"]["sparkConf"]["spark.sql.shuffle.partitions"] == "24"
-    config = yaml.safe_load(base64.b64decode(bundle.audit[3]["data"]["config.yaml"]))
+    config = yaml.safe_load(base64.b64decode(bundle.audit[4]["data"]["config.yaml"]))
     assert parse_config(config, check_files=False).member == "a"  # the first data member
     scheduled = build(make_group(checks={"enabled": True, "schedule": "@hourly"})).audit[-1]
     assert scheduled["kind"] == "ScheduledSparkApplication"
     assert scheduled["spec"]["template"] == app["spec"]
     custom = build(make_group(checks={"enabled": True, "serviceAccountName": "spark"})).audit
-    assert [o["kind"] for o in custom][:2] == ["Role", "RoleBinding"]
-    assert custom[1]["subjects"][0]["name"] == "spark"
+    assert [o["kind"] for o in custom][:3] == ["Role", "RoleBinding", "RoleBinding"]
+    assert custom[1]["subjects"][0]["name"] == custom[2]["subjects"][0]["name"] == "spark"
     # A pod may request less CPU than the tasks Spark runs (a small node fits the audit).
     assert "coreRequest" not in app["spec"]["driver"]
     small = make_group(checks={"enabled": True, "executor": {"cores": 2, "coreRequest": "250m"}})

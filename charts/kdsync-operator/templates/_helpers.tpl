@@ -30,3 +30,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "kdsync-operator.webhookSecret" -}}
 {{- default (printf "%s-webhook-tls" (include "kdsync-operator.fullname" .)) .Values.webhook.existingSecret -}}
 {{- end -}}
+
+{{- define "kdsync-operator.auditDriverRole" -}}
+{{- printf "%s-audit-driver" (include "kdsync-operator.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

@@ -4,7 +4,8 @@
   CRD from ``crds/`` and a trimmed spark-operator CRD (``spark-operator-crds.yaml``).
 * ``operator``: ``kopf run`` of ``kdsync_operator.handlers`` as a subprocess against it,
   with its validating webhook on 127.0.0.1 (a self-signed certificate made here; kopf
-  writes the ValidatingWebhookConfiguration pointing at it), resyncing every 2 s.
+  writes the ValidatingWebhookConfiguration pointing at it), resyncing every 2 s, with
+  the chart's audit-driver ClusterRole installed for it to bind.
 
 There is no kubelet, scheduler or controller-manager: tests mark StatefulSets ready
 through the status subresource themselves, and nothing garbage-collects owned objects.
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kdsync_operator.webhook_certs import self_signed
 from tests.support.envtest import LocalControlPlane
@@ -117,10 +119,26 @@ def operator(
     (work / "tls.crt").write_bytes(cert)
     (work / "tls.key").write_bytes(key)
     log_path = work / "operator.log"
+    # The audit driver's rights come from the chart's ClusterRole, which the operator
+    # binds in each group's namespace: install that one as the chart would.
+    chart = control_plane.helm(
+        "template",
+        "kd",
+        str(REPO_ROOT / "charts" / "kdsync-operator"),
+        "--namespace",
+        "kdsync-system",
+    ).stdout
+    (driver_role,) = [
+        d
+        for d in yaml.safe_load_all(chart)
+        if d and d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-audit-driver")
+    ]
+    kube.apply(driver_role)
     env = {
         **control_plane.env(),
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "sidecar"), str(REPO_ROOT / "operator")]),
         "KDSYNC_RESYNC_SECONDS": "2",
+        "KDSYNC_AUDIT_DRIVER_CLUSTERROLE": driver_role["metadata"]["name"],
         "KDSYNC_WEBHOOK_ADDR": "127.0.0.1",
         "KDSYNC_WEBHOOK_HOST": "127.0.0.1",
         "KDSYNC_WEBHOOK_PORT": str(_free_port()),

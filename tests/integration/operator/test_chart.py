@@ -23,6 +23,9 @@ from tests.support.envtest import LocalControlPlane
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "kdsync-operator"
 RELEASE_NS = "kdsync-system"
+# What the chart names its ClusterRoles for the release "kd" (see render).
+OPERATOR_ROLE = "kd-kdsync-operator"
+AUDIT_DRIVER_ROLE = f"{OPERATOR_ROLE}-audit-driver"
 
 
 def render(cp: LocalControlPlane, *sets: str, check: bool = True) -> Any:
@@ -108,14 +111,16 @@ def test_operator_role_covers_everything_the_operator_creates(kube: Kube) -> Non
             },
         }
     )
-    bundle = desired.build_children(group, pki.desired_pki_secrets(group, {}), {})
+    bundle = desired.build_children(
+        group, pki.desired_pki_secrets(group, {}), {}, AUDIT_DRIVER_ROLE
+    )
     objects = bundle.shared + [o for objs in bundle.members.values() for o in objs] + bundle.audit
     for obj in objects:
         obj["metadata"].pop("ownerReferences")  # the owner does not exist here
     as_operator = f"--as=system:serviceaccount:{RELEASE_NS}:kd-kdsync-operator"
-    # Roles first for real (RBAC's escalation check is what matters), then the rest dry-run.
+    # Roles and bindings for real (RBAC's escalation check is what matters), the rest dry-run.
     for obj in objects:
-        dry = [] if obj["kind"] in ("Role",) else ["--dry-run=server"]
+        dry = [] if obj["kind"] in ("Role", "RoleBinding") else ["--dry-run=server"]
         result = cp.kubectl(
             "create", *dry, as_operator, "-f", "-", input=json.dumps(obj), check=False
         )

@@ -4,7 +4,9 @@
   do, and, just as asserted, what it must not (touch nodes, grant itself more, create or
   delete users' groups, exec into pods, impersonate).
 - A group's audit (Spark driver) account: only its own namespace, only what a Spark driver
-  needs, and never the Secrets that hold the group's keys and Kafka credentials.
+  needs, and never the Secrets that hold the group's keys and Kafka credentials. The
+  operator grants it by binding the chart's audit-driver ClusterRole, which it may bind
+  and nothing else: it holds no pod rights of its own to hand out.
 - Pods: the sidecar's and the operator's pod templates are admitted by Pod Security
   Admission at the "restricted" level (non-root, no privilege escalation, every capability
   dropped, RuntimeDefault seccomp), except that an RDMA sidecar adds IPC_LOCK, which only
@@ -21,9 +23,15 @@ import pytest
 from kdsync_operator import audit, children, desired, pki
 from kdsync_operator.spec import Group
 from tests.integration.operator.conftest import Kube
-from tests.integration.operator.test_chart import RELEASE_NS, documents, render
+from tests.integration.operator.test_chart import (
+    AUDIT_DRIVER_ROLE,
+    OPERATOR_ROLE,
+    RELEASE_NS,
+    documents,
+    render,
+)
 
-OPERATOR = f"system:serviceaccount:{RELEASE_NS}:kd-kdsync-operator"
+OPERATOR = f"system:serviceaccount:{RELEASE_NS}:{OPERATOR_ROLE}"
 
 
 def _group(namespace: str, name: str, **spec: Any) -> Group:
@@ -75,6 +83,10 @@ OPERATOR_MAY = [
     ("create", "statefulsets.apps"),
     ("create", "secrets"),
     ("create", "roles.rbac.authorization.k8s.io"),
+    ("create", "rolebindings.rbac.authorization.k8s.io"),
+    ("bind", f"clusterroles.rbac.authorization.k8s.io/{AUDIT_DRIVER_ROLE}"),
+    ("create", "services"),
+    ("update", "configmaps"),
     ("create", "sparkapplications.sparkoperator.k8s.io"),
     ("create", "events"),
 ]
@@ -89,7 +101,13 @@ OPERATOR_MUST_NOT = [
     ("create", "clusterroles.rbac.authorization.k8s.io"),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
     ("escalate", "roles.rbac.authorization.k8s.io"),
-    ("bind", "clusterroles.rbac.authorization.k8s.io"),
+    ("bind", "clusterroles.rbac.authorization.k8s.io"),  # any but the audit driver's
+    ("bind", "clusterroles.rbac.authorization.k8s.io/cluster-admin"),
+    ("bind", "clusterroles.rbac.authorization.k8s.io/admin"),
+    # Pods are the Spark driver's business, granted through the binding above.
+    ("create", "pods"),
+    ("delete", "pods"),
+    ("create", "persistentvolumeclaims"),
     ("create", "pods:exec"),
     ("impersonate", "serviceaccounts"),
     ("create", "deployments.apps"),
@@ -113,10 +131,42 @@ def test_the_audit_driver_account_runs_executors_in_its_namespace_and_reads_no_s
     ns, elsewhere = kube.namespace(), kube.namespace()
     group = _group(ns, "lp")
     as_operator = f"--as={OPERATOR}"
-    for obj in audit.rbac_objects(group):
+    for obj in audit.rbac_objects(group, AUDIT_DRIVER_ROLE):
         obj["metadata"].pop("ownerReferences", None)  # the owner does not exist here
-        # Created as the operator: RBAC refuses a Role granting more than its creator holds.
+        # Created as the operator: RBAC refuses a Role granting more than its creator holds
+        # and a binding of a ClusterRole it may not bind.
         kube.run("create", as_operator, "-f", "-", input=json.dumps(obj))
+    # The same binding of any other ClusterRole is refused: the operator cannot hand
+    # out cluster-admin, or a role with rights it lacks, to an account it made. (Not the
+    # aggregated admin/edit roles: this API server has no controller filling them in.)
+    kube.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "lp-exec"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}],
+        }
+    )
+    for role in ("cluster-admin", "lp-exec"):
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": f"lp-audit-{role}", "namespace": ns},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": audit.audit_service_account(group),
+                    "namespace": ns,
+                }
+            ],
+        }
+        refused = kube.run("create", as_operator, "-f", "-", input=json.dumps(binding), check=False)
+        assert refused.returncode != 0 and "forbidden" in refused.stderr, (role, refused.stderr)
     driver = f"system:serviceaccount:{ns}:{audit.audit_service_account(group)}"
     report = children.audit_report_configmap(group.name)
     for verb, resource in [
