@@ -7,6 +7,7 @@ They exist only here, in the tests: the product never imports them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from kdsync.driver import DriverLimits, DriverPorts, MemberDriver
 from kdsync.ordering import (
@@ -17,7 +18,8 @@ from kdsync.ordering import (
     Role,
     Timing,
 )
-from kdsync.ordering.messages import Append
+from kdsync.ordering.messages import Append, RecoverReply, RecoverRequest
+from kdsync.ordering.witness import RecoveredWitness, WitnessRecovery
 
 
 class DeliverBeforeCommit(OrderingNode):
@@ -70,6 +72,37 @@ class WitnessWithoutRecovery(OrderingNode):
         if self.is_witness:
             self.role = Role.FOLLOWER
             self._ready.messages.clear()
+
+
+class _SplicingRecovery(WitnessRecovery):
+    """Takes every part of an answer as the continuation of what it holds, without
+    checking that the part starts where the held entries end (log matching)."""
+
+    def reply(
+        self, sender: str, reply: RecoverReply, term: int
+    ) -> RecoveredWitness | RecoverRequest | None:
+        partial = self._partial.get(sender)
+        if partial is not None and reply.nonce == self._nonce:
+            index, entry_term = partial.last()
+            reply = replace(reply, prev_index=index, prev_term=entry_term)
+        return super().reply(sender, reply, term)
+
+
+class WitnessSplicesRecoveryParts(OrderingNode):
+    """A restarted witness builds its log from answer parts that may come from two
+    different versions of a member's log."""
+
+    def __init__(
+        self,
+        member: str,
+        group: GroupSpec,
+        timing: Timing,
+        incarnation: int,
+        recovered: RecoveredState | None = None,
+    ) -> None:
+        super().__init__(member, group, timing, incarnation, recovered)
+        if self._recovery is not None:
+            self._recovery = _SplicingRecovery(self._peers, incarnation)
 
 
 class CommitByCountingOldTerms(OrderingNode):
@@ -151,6 +184,7 @@ MUTANTS: dict[str, type[OrderingNode]] = {
     "vote-without-log-check": VoteWithoutLogCheck,
     "forget-marks-on-restart": ForgetMarksOnRestart,
     "witness-without-recovery": WitnessWithoutRecovery,
+    "witness-splices-recovery-parts": WitnessSplicesRecoveryParts,
     "elections-without-pre-vote-or-backoff": ElectionsWithoutPreVoteOrBackoff,
     # Caught by the leader-churn scenarios, which aim at leader changes at commit time;
     # tests/unit/test_ordering_node.py also plays figure 8 step by step.

@@ -63,7 +63,7 @@ def test_scenarios_differ_between_seeds() -> None:
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_simulator_catches_a_broken_protocol(name: str) -> None:
     mutant = MUTANTS[name]
-    needs_witness = name == "witness-without-recovery"
+    needs_witness = name.startswith("witness-")
     for seed in range(SEEDS_TO_CATCH):
         scenario = make_scenario(seed)
         if needs_witness and not scenario.group.witnesses:

@@ -12,6 +12,7 @@ from kdsync.ordering.messages import (
     PreVoteReply,
     PreVoteRequest,
     RecoverReply,
+    RecoverRequest,
     TimeoutNow,
     VoteReply,
     VoteRequest,
@@ -255,7 +256,10 @@ class Elections(NodeState):
 
     def _on_recover_reply(self, sender: str, reply: RecoverReply) -> None:
         assert self._recovery is not None
-        outcome = self._recovery.reply(sender, reply)
+        outcome = self._recovery.reply(sender, reply, self.term)
+        if isinstance(outcome, RecoverRequest):
+            self._send(sender, outcome)  # the next part of its answer
+            return
         if outcome is None:
             return
         self.log.reset(outcome.commit_index, outcome.commit_term, list(outcome.entries))

@@ -64,6 +64,9 @@ class Timing:
     # Bounds a Forward's payload (at least one batch is always sent), as max_append_bytes
     # does an Append's: a peer frame holds 64 MiB, a batch up to 16 MiB or one 32 MiB event.
     max_forward_bytes: int = 16 * 1024 * 1024
+    # Bounds each part of the answer to a recovering witness (at least one entry is sent);
+    # the witness asks for the rest part by part.
+    max_recover_bytes: int = 16 * 1024 * 1024
     # A leader admits new batches only while the faster half of the data members has
     # applied all but this many committed entries.
     max_unapplied: int = 1024

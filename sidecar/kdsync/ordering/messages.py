@@ -91,19 +91,32 @@ class TimeoutNow:
 
 @dataclass(frozen=True, slots=True)
 class RecoverRequest:
-    """A member that lost its state (a witness: it keeps nothing durable) asks for it."""
+    """A member that lost its state (a witness: it keeps nothing durable) asks for it.
+
+    ``after_index``/``after_term`` (0: from the start) continue an answer that came in
+    parts: the entries after that one, if the sender's log still holds it."""
 
     term: int
     nonce: int
+    after_index: int = 0
+    after_term: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class RecoverReply:
+    """The sender's term, commit point and log after ``prev_index``, which is its commit
+    index or, for a later part, the request's ``after_index``. Its entries are bounded in
+    bytes (``Timing.max_recover_bytes``; at least one is sent); ``more`` says the log goes
+    on after them."""
+
     term: int
     nonce: int
     commit_index: int
     commit_term: int
-    entries: tuple[Entry, ...]  # the sender's log after commit_index
+    entries: tuple[Entry, ...]
+    prev_index: int
+    prev_term: int
+    more: bool = False
 
 
 Message = (

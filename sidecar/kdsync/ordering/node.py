@@ -185,7 +185,10 @@ class OrderingNode(Elections, Replication, Admission):
         self._stirred = True
         self._heard_at[sender] = self._now
         if isinstance(message, RecoverRequest):
-            self._send(sender, recover_reply(self.term, self.log, self.commit_index, message))
+            reply = recover_reply(
+                self.term, self.log, self.commit_index, message, self.timing.max_recover_bytes
+            )
+            self._send(sender, reply)
             return
         if self.role == Role.RECOVERING:
             if isinstance(message, RecoverReply):

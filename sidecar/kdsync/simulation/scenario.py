@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kdsync.driver import DriverLimits
 from kdsync.ordering import GroupSpec, Timing
@@ -68,10 +68,15 @@ def make_scenario(seed: int) -> Scenario:
     rng = random.Random(seed)
     draw = rng.random()
     if draw < 0.2:
-        return _overload_scenario(seed, rng)
-    if draw < 0.3:
-        return _churn_scenario(seed, rng)
-    return _fault_scenario(seed, rng)
+        scenario = _overload_scenario(seed, rng)
+    elif draw < 0.3:
+        scenario = _churn_scenario(seed, rng)
+    else:
+        scenario = _fault_scenario(seed, rng)
+    # A restarted witness's recovery answers come in parts of at most this many bytes:
+    # one entry each, a few, or whole. Drawn apart so the rest of each seed stays as it was.
+    parts = random.Random(f"recover-{seed}").choice((1, 200, 1 << 24))
+    return replace(scenario, timing=replace(scenario.timing, max_recover_bytes=parts))
 
 
 def _group(rng: random.Random, sizes: tuple[int, ...]) -> GroupSpec:

@@ -29,6 +29,10 @@ Layout (all integers big-endian; ``i64`` signed, ``u32`` unsigned)::
                          entry[count]
     9    PreVoteRequest  term last_index last_term incarnation (4 x i64)
     10   PreVoteReply    term:i64 granted:bool incarnation:i64
+    11   RecoverRequest  term nonce after_index after_term (4 x i64): a later part
+    12   RecoverReply    term nonce commit_index commit_term prev_index prev_term
+                         (6 x i64) more:bool count:u32 entry[count]: one part of an
+                         answer (8 is a whole answer after the commit index)
     16   Entry record    entry
     17   HardState       term:i64 voted_for:opt-str (as opt-bytes, UTF-8)
     18   LedgerState     applied_index:i64 applied_term:i64

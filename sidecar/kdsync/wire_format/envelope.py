@@ -24,6 +24,10 @@ TAG_RECOVER_REQUEST = 7
 TAG_RECOVER_REPLY = 8
 TAG_PRE_VOTE_REQUEST = 9
 TAG_PRE_VOTE_REPLY = 10
+# Parts of a recovery answer too large for one message; the whole-answer forms (7, 8)
+# stay as they were, so members of the previous release still recover each other.
+TAG_RECOVER_REQUEST_AFTER = 11
+TAG_RECOVER_REPLY_PART = 12
 TAG_ENTRY = 16
 TAG_HARD_STATE = 17
 TAG_LEDGER_STATE = 18
@@ -39,6 +43,8 @@ _TAG_NAMES: dict[int, str] = {
     TAG_RECOVER_REPLY: "RecoverReply message",
     TAG_PRE_VOTE_REQUEST: "PreVoteRequest message",
     TAG_PRE_VOTE_REPLY: "PreVoteReply message",
+    TAG_RECOVER_REQUEST_AFTER: "RecoverRequest (continued) message",
+    TAG_RECOVER_REPLY_PART: "RecoverReply (part) message",
     TAG_ENTRY: "Entry record",
     TAG_HARD_STATE: "HardState record",
     TAG_LEDGER_STATE: "LedgerState record",

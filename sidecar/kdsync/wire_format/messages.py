@@ -29,7 +29,9 @@ from kdsync.wire_format.envelope import (
     TAG_PRE_VOTE_REPLY,
     TAG_PRE_VOTE_REQUEST,
     TAG_RECOVER_REPLY,
+    TAG_RECOVER_REPLY_PART,
     TAG_RECOVER_REQUEST,
+    TAG_RECOVER_REQUEST_AFTER,
     TAG_TIMEOUT_NOW,
     TAG_VOTE_REPLY,
     TAG_VOTE_REQUEST,
@@ -48,6 +50,8 @@ _FORWARD = struct.Struct(">BBqI")
 _TIMEOUT_NOW = struct.Struct(">BBq")
 _RECOVER_REQUEST = struct.Struct(">BBqq")
 _RECOVER_REPLY = struct.Struct(">BBqqqqI")
+_RECOVER_REQUEST_AFTER = struct.Struct(">BBqqqq")
+_RECOVER_REPLY_PART = struct.Struct(">BBqqqqqqBI")
 
 
 def _encode_vote_request(m: VoteRequest) -> bytes:
@@ -123,12 +127,17 @@ def _encode_timeout_now(m: TimeoutNow) -> bytes:
 
 
 def _encode_recover_request(m: RecoverRequest) -> bytes:
-    return _RECOVER_REQUEST.pack(FORMAT_VERSION, TAG_RECOVER_REQUEST, m.term, m.nonce)
+    if m.after_index == 0 and m.after_term == 0:
+        return _RECOVER_REQUEST.pack(FORMAT_VERSION, TAG_RECOVER_REQUEST, m.term, m.nonce)
+    return _RECOVER_REQUEST_AFTER.pack(
+        FORMAT_VERSION, TAG_RECOVER_REQUEST_AFTER, m.term, m.nonce, m.after_index, m.after_term
+    )
 
 
 def _encode_recover_reply(m: RecoverReply) -> bytes:
-    parts = [
-        _RECOVER_REPLY.pack(
+    whole = not m.more and (m.prev_index, m.prev_term) == (m.commit_index, m.commit_term)
+    if whole:
+        head = _RECOVER_REPLY.pack(
             FORMAT_VERSION,
             TAG_RECOVER_REPLY,
             m.term,
@@ -137,7 +146,20 @@ def _encode_recover_reply(m: RecoverReply) -> bytes:
             m.commit_term,
             len(m.entries),
         )
-    ]
+    else:
+        head = _RECOVER_REPLY_PART.pack(
+            FORMAT_VERSION,
+            TAG_RECOVER_REPLY_PART,
+            m.term,
+            m.nonce,
+            m.commit_index,
+            m.commit_term,
+            m.prev_index,
+            m.prev_term,
+            m.more,
+            len(m.entries),
+        )
+    parts = [head]
     put_entries(parts, m.entries)
     return b"".join(parts)
 
@@ -235,10 +257,29 @@ def _decode_recover_request(data: bytes) -> tuple[RecoverRequest, int]:
     return RecoverRequest(term, nonce), _RECOVER_REQUEST.size
 
 
+def _decode_recover_request_after(data: bytes) -> tuple[RecoverRequest, int]:
+    _, _, term, nonce, after_index, after_term = _RECOVER_REQUEST_AFTER.unpack_from(data)
+    return RecoverRequest(term, nonce, after_index, after_term), _RECOVER_REQUEST_AFTER.size
+
+
 def _decode_recover_reply(data: bytes) -> tuple[RecoverReply, int]:
     _, _, term, nonce, commit_index, commit_term, count = _RECOVER_REPLY.unpack_from(data)
     entries, pos = take_entries(data, _RECOVER_REPLY.size, count)
-    return RecoverReply(term, nonce, commit_index, commit_term, entries), pos
+    reply = RecoverReply(term, nonce, commit_index, commit_term, entries, commit_index, commit_term)
+    return reply, pos
+
+
+def _decode_recover_reply_part(data: bytes) -> tuple[RecoverReply, int]:
+    _, _, term, nonce, commit_index, commit_term, prev_index, prev_term, more, count = (
+        _RECOVER_REPLY_PART.unpack_from(data)
+    )
+    if more > 1:
+        raise bad_flag("'more'", more)
+    entries, pos = take_entries(data, _RECOVER_REPLY_PART.size, count)
+    reply = RecoverReply(
+        term, nonce, commit_index, commit_term, entries, prev_index, prev_term, bool(more)
+    )
+    return reply, pos
 
 
 _MESSAGE_DECODERS: dict[int, Callable[[bytes], tuple[Message, int]]] = {
@@ -250,6 +291,8 @@ _MESSAGE_DECODERS: dict[int, Callable[[bytes], tuple[Message, int]]] = {
     TAG_TIMEOUT_NOW: _decode_timeout_now,
     TAG_RECOVER_REQUEST: _decode_recover_request,
     TAG_RECOVER_REPLY: _decode_recover_reply,
+    TAG_RECOVER_REQUEST_AFTER: _decode_recover_request_after,
+    TAG_RECOVER_REPLY_PART: _decode_recover_reply_part,
     TAG_PRE_VOTE_REQUEST: _decode_pre_vote_request,
     TAG_PRE_VOTE_REPLY: _decode_pre_vote_reply,
 }
