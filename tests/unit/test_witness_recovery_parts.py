@@ -118,12 +118,21 @@ def test_a_part_that_continues_nothing_held_is_ignored() -> None:
     assert recovery.requests(TERM) == [("a", RecoverRequest(TERM, NONCE))]
 
 
-def test_complete_answers_are_kept_when_the_rest_are_asked_again() -> None:
-    log = _log([(i, 1) for i in range(1, 4)], commit=3)
-    recovery = WitnessRecovery(("a", "b"), NONCE)
-    whole = _answer(log, 3, RecoverRequest(TERM, NONCE), max_bytes=1 << 20)
-    assert recovery.reply("a", whole, TERM) is None  # b has not answered
-    # A re-ask (b's answer was lost) goes to b only: a large answer from a need not be
-    # fetched again within every re-ask period.
-    assert recovery.requests(TERM) == [("b", RecoverRequest(TERM, NONCE))]
-    assert isinstance(recovery.reply("b", whole, TERM), RecoveredWitness)
+def test_a_re_ask_keeps_answers_that_took_parts_and_refreshes_whole_ones() -> None:
+    long_log = _log([(i, 1) for i in range(1, 11)], commit=2)
+    short_log = _log([(i, 1) for i in range(1, 4)], commit=3)
+    recovery = WitnessRecovery(("a", "b", "c"), NONCE)
+    bound = 1  # one entry per part
+    whole = _answer(short_log, 3, RecoverRequest(TERM, NONCE), bound)
+    assert recovery.reply("a", whole, TERM) is None
+    request: RecoverRequest | RecoveredWitness | None = RecoverRequest(TERM, NONCE)
+    while isinstance(request, RecoverRequest):
+        request = recovery.reply("b", _answer(long_log, 2, request, bound), TERM)
+    assert request is None  # c has not answered
+    # The re-ask (c's answer was lost): a's one-message answer is asked for again, fresher;
+    # b's eight-part answer is kept, so a large answer need not fit in one re-ask period.
+    assert sorted(peer for peer, _ in recovery.requests(TERM)) == ["a", "c"]
+    assert recovery.reply("a", whole, TERM) is None
+    recovered = recovery.reply("c", whole, TERM)
+    assert isinstance(recovered, RecoveredWitness)
+    assert list(recovered.entries) == long_log.slice(3, 10)

@@ -58,6 +58,7 @@ class _Answer:
     commit_index: int
     commit_term: int
     entries: list[Entry]
+    parts: int = 1
 
     def last(self) -> tuple[int, int]:
         """(index, term) of the last entry received, or of the commit point."""
@@ -77,9 +78,11 @@ class WitnessRecovery:
     An answer too large for one message comes in parts, each asked for after the last
     entry received. A part that no longer continues what we hold (the sender's log was
     overwritten meanwhile) starts that sender's answer afresh from its commit index.
-    Answers are kept across re-asks: each was given after this witness started, which is
-    all the recovery needs (logs and terms only move forward), and a large answer might
-    otherwise never complete within one re-ask period.
+    On a re-ask (every election timeout until all have answered), answers that came in
+    one message are forgotten and asked for again, fresher; answers that took several
+    parts, and parts received so far, are kept, or a large answer might never complete
+    within one re-ask period. Keeping one is safe: it was given after this witness
+    started, which is all the recovery needs (logs and terms only move forward).
     """
 
     def __init__(self, peers: tuple[str, ...], nonce: int) -> None:
@@ -91,6 +94,8 @@ class WitnessRecovery:
     def requests(self, term: int) -> list[tuple[str, RecoverRequest]]:
         """(Re)ask everyone whose answer is not complete: from the start, or after what
         came so far (a message may have been lost)."""
+        for peer in [p for p, answer in self._complete.items() if answer.parts == 1]:
+            del self._complete[peer]
         return [
             (peer, self._request(term, peer)) for peer in self._peers if peer not in self._complete
         ]
@@ -113,6 +118,7 @@ class WitnessRecovery:
         if partial is not None and (reply.prev_index, reply.prev_term) == partial.last():
             partial.entries.extend(reply.entries)
             partial.term = max(partial.term, reply.term)
+            partial.parts += 1
         elif reply.prev_index == reply.commit_index:
             partial = _Answer(
                 reply.term, reply.commit_index, reply.commit_term, list(reply.entries)
