@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from kdsync.driver import DriverLimits, DriverPorts, MemberDriver
 from kdsync.ordering import (
@@ -92,17 +93,10 @@ class WitnessSplicesRecoveryParts(OrderingNode):
     """A restarted witness builds its log from answer parts that may come from two
     different versions of a member's log."""
 
-    def __init__(
-        self,
-        member: str,
-        group: GroupSpec,
-        timing: Timing,
-        incarnation: int,
-        recovered: RecoveredState | None = None,
-    ) -> None:
-        super().__init__(member, group, timing, incarnation, recovered)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         if self._recovery is not None:
-            self._recovery = _SplicingRecovery(self._peers, incarnation)
+            self._recovery = _SplicingRecovery(self._peers, self.incarnation)
 
 
 class CommitByCountingOldTerms(OrderingNode):

@@ -33,6 +33,23 @@ from tests.support.envtest import LocalControlPlane
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[2]
 WEBHOOK_CONFIG = "kdsync-operator-test.kdsync.io"
+CHART = REPO_ROOT / "charts" / "kdsync-operator"
+RELEASE_NS = "kdsync-system"
+# What the chart names its ClusterRoles for the release "kd" (see render).
+OPERATOR_ROLE = "kd-kdsync-operator"
+AUDIT_DRIVER_ROLE = f"{OPERATOR_ROLE}-audit-driver"
+
+
+def render(cp: LocalControlPlane, *sets: str, check: bool = True) -> Any:
+    """``helm template`` of the chart as release "kd" in RELEASE_NS."""
+    args = ["template", "kd", str(CHART), "--namespace", RELEASE_NS]
+    for item in sets:
+        args += ["--set", item]
+    return cp.helm(*args, check=check)
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 def wait_for(
@@ -121,24 +138,17 @@ def operator(
     log_path = work / "operator.log"
     # The audit driver's rights come from the chart's ClusterRole, which the operator
     # binds in each group's namespace: install that one as the chart would.
-    chart = control_plane.helm(
-        "template",
-        "kd",
-        str(REPO_ROOT / "charts" / "kdsync-operator"),
-        "--namespace",
-        "kdsync-system",
-    ).stdout
     (driver_role,) = [
         d
-        for d in yaml.safe_load_all(chart)
-        if d and d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-audit-driver")
+        for d in documents(render(control_plane).stdout)
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == AUDIT_DRIVER_ROLE
     ]
     kube.apply(driver_role)
     env = {
         **control_plane.env(),
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "sidecar"), str(REPO_ROOT / "operator")]),
         "KDSYNC_RESYNC_SECONDS": "2",
-        "KDSYNC_AUDIT_DRIVER_CLUSTERROLE": driver_role["metadata"]["name"],
+        "KDSYNC_AUDIT_DRIVER_CLUSTERROLE": AUDIT_DRIVER_ROLE,
         "KDSYNC_WEBHOOK_ADDR": "127.0.0.1",
         "KDSYNC_WEBHOOK_HOST": "127.0.0.1",
         "KDSYNC_WEBHOOK_PORT": str(_free_port()),

@@ -11,32 +11,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from kdsync_operator import desired, pki
 from kdsync_operator.spec import Group
-from tests.integration.operator.conftest import Kube
+from tests.integration.operator.conftest import (
+    AUDIT_DRIVER_ROLE,
+    CHART,
+    OPERATOR_ROLE,
+    RELEASE_NS,
+    Kube,
+    documents,
+    render,
+)
 from tests.support.envtest import LocalControlPlane
-
-CHART = Path(__file__).resolve().parents[3] / "charts" / "kdsync-operator"
-RELEASE_NS = "kdsync-system"
-# What the chart names its ClusterRoles for the release "kd" (see render).
-OPERATOR_ROLE = "kd-kdsync-operator"
-AUDIT_DRIVER_ROLE = f"{OPERATOR_ROLE}-audit-driver"
-
-
-def render(cp: LocalControlPlane, *sets: str, check: bool = True) -> Any:
-    args = ["template", "kd", str(CHART), "--namespace", RELEASE_NS]
-    for item in sets:
-        args += ["--set", item]
-    return cp.helm(*args, check=check)
-
-
-def documents(text: str) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 def test_helm_lint_passes(control_plane: LocalControlPlane) -> None:
@@ -117,7 +107,7 @@ def test_operator_role_covers_everything_the_operator_creates(kube: Kube) -> Non
     objects = bundle.shared + [o for objs in bundle.members.values() for o in objs] + bundle.audit
     for obj in objects:
         obj["metadata"].pop("ownerReferences")  # the owner does not exist here
-    as_operator = f"--as=system:serviceaccount:{RELEASE_NS}:kd-kdsync-operator"
+    as_operator = f"--as=system:serviceaccount:{RELEASE_NS}:{OPERATOR_ROLE}"
     # Roles and bindings for real (RBAC's escalation check is what matters), the rest dry-run.
     for obj in objects:
         dry = [] if obj["kind"] in ("Role", "RoleBinding") else ["--dry-run=server"]

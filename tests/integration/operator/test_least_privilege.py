@@ -22,11 +22,11 @@ import pytest
 
 from kdsync_operator import audit, children, desired, pki
 from kdsync_operator.spec import Group
-from tests.integration.operator.conftest import Kube
-from tests.integration.operator.test_chart import (
+from tests.integration.operator.conftest import (
     AUDIT_DRIVER_ROLE,
     OPERATOR_ROLE,
     RELEASE_NS,
+    Kube,
     documents,
     render,
 )
