@@ -83,6 +83,9 @@ class OrderingSpec(_Model):
     resend_ticks: int | None = None
     max_batch_events: int | None = None
     max_batch_bytes: int | None = None
+    max_uncommitted_bytes: int | None = None
+    max_apply_bytes: int | None = None
+    max_log_bytes: int | None = None
 
     def as_config(self) -> dict[str, int]:
         """Only the fields the user set; the sidecar applies its defaults to the rest."""

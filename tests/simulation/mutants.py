@@ -32,6 +32,20 @@ class DeliverBeforeCommit(OrderingNode):
             self._advance_commit(self.log.last_index)
 
 
+class CompactsUncommittedEntries(OrderingNode):
+    """A follower over its memory bound drops from memory every entry it has stored,
+    committed or not (it forgets the commit bound), and so takes them for committed."""
+
+    def _compact(self) -> None:
+        over = self.log.bytes > self.timing.max_log_bytes
+        if self.ledger is not None and self.role == Role.FOLLOWER and over:
+            upto = self._durable_end()
+            if upto > self.log.snapshot_index:
+                self.log.compact(upto)
+                self.commit_index = max(self.commit_index, upto)
+        super()._compact()
+
+
 class VoteWithoutLogCheck(OrderingNode):
     """Votes for any candidate, even one missing committed entries (skips the view-change
     agreement on what the new leader must hold)."""
@@ -179,6 +193,7 @@ MUTANTS: dict[str, type[OrderingNode]] = {
     "forget-marks-on-restart": ForgetMarksOnRestart,
     "witness-without-recovery": WitnessWithoutRecovery,
     "witness-splices-recovery-parts": WitnessSplicesRecoveryParts,
+    "compacts-uncommitted-entries": CompactsUncommittedEntries,
     "elections-without-pre-vote-or-backoff": ElectionsWithoutPreVoteOrBackoff,
     # Caught by the leader-churn scenarios, which aim at leader changes at commit time;
     # tests/unit/test_ordering_node.py also plays figure 8 step by step.

@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from kdsync.config.sections import OrderingConfig
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD = REPO_ROOT / "crds" / "kdsync.io_kdsyncgroups.yaml"
 CHART_CRD = REPO_ROOT / "charts" / "kdsync-operator" / "crds" / CRD.name
@@ -64,3 +66,18 @@ def test_printer_columns_and_status_subresource() -> None:
     rules = str(schema())
     for text in ("exists_one", "witness owns no Kafka", "resourceName", "networkAttachment"):
         assert text in rules
+
+
+def test_every_ordering_field_is_one_the_sidecar_accepts_with_the_same_bounds() -> None:
+    """spec.ordering is passed through to each sidecar's ``ordering`` section: a field
+    the sidecar does not know would stop every member at start-up, and a looser bound
+    in the CRD would let an edit through that the sidecars then refuse."""
+    ordering = schema()["properties"]["spec"]["properties"]["ordering"]["properties"]
+    fields = {info.alias or name: info for name, info in OrderingConfig.model_fields.items()}
+    for name, prop in ordering.items():
+        assert name in fields, f"spec.ordering.{name} is not a sidecar ordering field"
+        bounds = {type(m).__name__: m for m in fields[name].metadata}
+        if "Ge" in bounds:
+            assert prop.get("minimum") == bounds["Ge"].ge, name
+        if "Le" in bounds:
+            assert prop.get("maximum") == bounds["Le"].le, name

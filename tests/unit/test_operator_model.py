@@ -63,6 +63,15 @@ def test_every_member_config_is_a_valid_sidecar_config_differing_only_in_member(
     assert configs["a"]["members"][1]["peer"] == "g-b-0.g-peers.ns.svc:7070"
 
 
+def test_memory_bounds_in_the_spec_reach_every_members_ordering_core() -> None:
+    group = make_group(ordering={"maxLogBytes": 2 << 20, "maxApplyBytes": 1 << 20})
+    for member in ("a", "b"):
+        data, problems = children.sidecar_config(group, member)
+        assert problems == []
+        timing = parse_config(data, check_files=False).ordering.timing()
+        assert (timing.max_log_bytes, timing.max_apply_bytes) == (2 << 20, 1 << 20)
+
+
 def test_group_offset_sync_reaches_every_member_config() -> None:
     group = make_group(groupOffsetSync={"include": ["app-.*"], "intervalSeconds": 2})
     for member in ("a", "b", "w"):

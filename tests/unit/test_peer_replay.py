@@ -15,7 +15,7 @@ import random
 
 from kdsync.ordering.messages import Message
 from kdsync.wire_format.messages import decode_message, encode_message
-from tests.unit.test_ordering_node import (
+from tests.unit.ordering_pump import (
     ELECTION_DEADLINE,
     THREE,
     TIMING,

@@ -449,6 +449,11 @@ class OrderingConfig(ConfigModel):
     max_uncommitted: int = Field(
         default=_TIMING_DEFAULTS.max_uncommitted, ge=1, description="leader backlog bound"
     )
+    max_uncommitted_bytes: int = Field(
+        default=_TIMING_DEFAULTS.max_uncommitted_bytes,
+        ge=1,
+        description="bytes of the leader's backlog (at least one batch is admitted)",
+    )
     max_outbox: int = Field(
         default=_TIMING_DEFAULTS.max_outbox, ge=1, description="batches an origin keeps in flight"
     )
@@ -456,6 +461,18 @@ class OrderingConfig(ConfigModel):
         default=_TIMING_DEFAULTS.retained_applied,
         ge=1,
         description="applied entries kept in memory for lagging peers",
+    )
+    max_apply_bytes: int = Field(
+        default=_TIMING_DEFAULTS.max_apply_bytes,
+        ge=1,
+        description="bytes of ordered events handed to the T-global writer and not yet "
+        "written (at least one entry)",
+    )
+    max_log_bytes: int = Field(
+        default=_TIMING_DEFAULTS.max_log_bytes,
+        ge=0,
+        description="bytes of committed, stored log entries kept in memory; the rest is "
+        "read back from the ordering log when applied or sent to a lagging peer",
     )
 
     @model_validator(mode="after")
@@ -480,6 +497,11 @@ class OrderingConfig(ConfigModel):
             max_entries_per_append=self.max_entries_per_append,
             max_append_bytes=self.max_append_bytes,
             max_uncommitted=self.max_uncommitted,
+            max_uncommitted_bytes=self.max_uncommitted_bytes,
             max_outbox=self.max_outbox,
             retained_applied=self.retained_applied,
+            max_apply_bytes=self.max_apply_bytes,
+            max_log_bytes=self.max_log_bytes,
+            # A read-back is a quarter of what the log may keep (16 MiB by default).
+            max_load_bytes=min(_TIMING_DEFAULTS.max_load_bytes, max(1, self.max_log_bytes // 4)),
         )

@@ -299,7 +299,7 @@ class MemberDriver:
         log = self.ports.log
         if ready.loads and log is not None and not self._loading:
             self._loading = True
-            log.load(ready.loads)
+            log.load(ready.loads, self.node.timing.max_load_bytes)
         pending = self._next_write or self._writing_log
         durable = log is not None and (
             ready.hard_state is not None or ready.persist_from is not None

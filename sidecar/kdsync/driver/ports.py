@@ -28,8 +28,10 @@ class LogPort(Protocol):
         """Start writing; completes with ``log_persisted`` or ``log_persist_failed``."""
         ...
 
-    def load(self, spans: list[tuple[int, int]]) -> None:
-        """Start reading entries back; completes with ``entries_loaded``."""
+    def load(self, spans: list[tuple[int, int]], max_bytes: int) -> None:
+        """Start reading entries back, in order, stopping once more than ``max_bytes``
+        have been read (a prefix of what was asked; the core asks again for the rest);
+        completes with ``entries_loaded``."""
         ...
 
     def trim(self, below_index: int) -> None:

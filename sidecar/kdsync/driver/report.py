@@ -74,6 +74,8 @@ def node_section(driver: MemberDriver) -> dict[str, Any]:
         "appliedIndex": driver.state.durable_applied,
         "memberLag": member_lag(driver),
         "pendingEvents": driver.pending_events,
+        # What ordering.maxLogBytes bounds: log entries held in memory, read-backs included.
+        "logMemoryBytes": node.log_memory_bytes(),
         # Own batches on their way into the order, and whether reading waits for room.
         "outboxBatches": node.outbox_size(),
         "sourceHeld": driver.source_held,

@@ -171,15 +171,18 @@ class LogStore:
                 f"{errors[0] if errors else f'{remaining} record(s) unacknowledged after 60s'}"
             )
 
-    def load(self, first: int, last: int) -> list[Entry]:
-        """Read entries ``first..last`` back (for peers behind our in-memory log)."""
+    def load(self, first: int, last: int, max_bytes: int) -> tuple[list[Entry], int]:
+        """Read entries ``first..last`` back, in order, for peers behind our in-memory
+        log or our own applying. Stops once more than ``max_bytes`` of records are read
+        (at least one entry); returns the entries and the bytes read."""
         with self._lock:
             wanted = {i: self._offsets[i] for i in range(first, last + 1) if i in self._offsets}
         if not wanted:
-            return []
+            return [], 0
         by_offset = {offset: index for index, offset in wanted.items()}
         consumer = reading_consumer(self._properties, self._group_id, committed_only=False)
         found: list[Entry] = []
+        read = 0
         try:
             for message in read_to_end(
                 consumer, self._topic, 0, min(by_offset), max(by_offset) + 1
@@ -188,9 +191,12 @@ class LogStore:
                 value = message.value()
                 if offset in by_offset and value is not None:
                     found.append(decode_entry(value))
+                    read += len(value)
+                    if read > max_bytes:
+                        break
         finally:
             consumer.close()
-        return found
+        return found, read
 
     def trim(self, below_index: int) -> None:
         """Delete records of entries below ``below_index`` (blocking; best effort)."""

@@ -7,7 +7,7 @@ tests/unit/test_layering.py); the shells in kdsync.sidecar and kdsync.simulation
 from kdsync.ordering.events import DeliveredEvent, OriginBatch, OriginPartition, SourceEvent
 from kdsync.ordering.group import GroupSpec, GroupSpecError, Timing
 from kdsync.ordering.ledger import BatchVerdict, Delivery, DeliveryLedger, LedgerState
-from kdsync.ordering.log import Entry, ReplicatedLog
+from kdsync.ordering.log import Entry, ReplicatedLog, entry_size
 from kdsync.ordering.messages import Message, Outbound
 from kdsync.ordering.node import OrderingNode
 from kdsync.ordering.ready import (
@@ -43,5 +43,6 @@ __all__ = [
     "Role",
     "SourceEvent",
     "Timing",
+    "entry_size",
     "may_precede_persist",
 ]

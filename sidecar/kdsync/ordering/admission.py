@@ -2,7 +2,9 @@
 
 Overload slows the sources, never the heartbeats: an origin has a bounded window of
 batches travelling to the leader (``Outbox``), and the leader admits new batches only
-while the group's applying keeps up (and not while it hands leadership over).
+while the group's applying keeps up and its uncommitted entries stay within
+``max_uncommitted`` batches and ``max_uncommitted_bytes`` (they cannot leave memory),
+and not while it hands leadership over.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Admission(NodeState):
     def _may_admit(self) -> bool:
         if self.log.last_index - self.commit_index >= self.timing.max_uncommitted:
             return False
+        if self._uncommitted and self._uncommitted_bytes >= self.timing.max_uncommitted_bytes:
+            return False  # uncommitted entries never leave memory: bounded here
         if self._transferring():
             return False
         assert self._tracker is not None

@@ -41,6 +41,7 @@ class Elections(NodeState):
         self._votes.clear()
         self._tracker = None
         self._uncommitted.clear()
+        self._uncommitted_bytes = 0
         self._admission.clear()
         self._timer.reset()
         if was_role != Role.FOLLOWER or term != was_term:
@@ -48,7 +49,9 @@ class Elections(NodeState):
             self._event("follower", f"{why}; {following}")
         elif leader is not None and leader != was_leader:
             self._event("follower", f"{leader} leads")
-        if leader != was_leader and leader is not None:
+        if leader is not None and (leader != was_leader or term != was_term):
+            # The same leader in a new term counts too: an entry carrying one of our
+            # batches may have been overwritten by a leader of a term we never saw.
             self._on_leader_change()
 
     def _start_pre_vote(self) -> None:
@@ -93,6 +96,7 @@ class Elections(NodeState):
         self._led_since = self._now
         self._tracker = ProgressTracker(self._peers, self.log.last_index + 1, self._now)
         self._uncommitted = {}
+        self._uncommitted_bytes = 0
         for index in range(self.commit_index + 1, self.log.last_index + 1):
             self._track_uncommitted(self.log.entry(index))
         self._event("leader", f"won with votes of {sorted(self._votes)}")

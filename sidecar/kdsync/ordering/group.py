@@ -58,6 +58,10 @@ class Timing:
     # frame stays far below the transport's frame limit even with large events.
     max_append_bytes: int = 1024 * 1024
     max_uncommitted: int = 4096  # a leader refuses new batches beyond this backlog
+    # ... and beyond this many bytes of it (at least one batch is admitted): uncommitted
+    # entries never leave memory, so this bounds them on the leader and, through its
+    # Appends, on every member.
+    max_uncommitted_bytes: int = 64 * 1024 * 1024
     max_outbox: int = 1024  # batches an origin keeps until they are delivered
     max_outbox_bytes: int = 64 * 1024 * 1024
     max_forward: int = 16  # batches an origin has on their way to the leader at once
@@ -72,6 +76,13 @@ class Timing:
     max_unapplied: int = 1024
     max_apply_bytes: int = 64 * 1024 * 1024  # delivered, not yet written to T-global
     retained_applied: int = 1024  # applied entries kept in memory for lagging peers
+    # A data member keeps at most this much of its log in memory beyond the entries not
+    # yet committed or not yet in its own ordering log: the rest is read back from there
+    # when applied or sent, so one that cannot write its T-global keeps ordering in
+    # bounded memory.
+    max_log_bytes: int = 64 * 1024 * 1024
+    # One read-back from the ordering log stops after this much (at least one entry).
+    max_load_bytes: int = 16 * 1024 * 1024
     # A witness keeps entries some data member has not stored yet, up to this much.
     witness_retained_bytes: int = 256 * 1024 * 1024
     check_quorum: bool = True  # a leader that hears no majority steps down

@@ -47,7 +47,7 @@ from kdsync.ordering.elections import Elections
 from kdsync.ordering.events import OriginBatch
 from kdsync.ordering.group import GroupSpec, Timing
 from kdsync.ordering.ledger import BatchVerdict, DeliveryLedger
-from kdsync.ordering.log import Entry
+from kdsync.ordering.log import Entry, entry_size
 from kdsync.ordering.messages import (
     Append,
     AppendReply,
@@ -142,6 +142,8 @@ class OrderingNode(Elections, Replication, Admission):
         self._stirred = True
         while self._unpersisted and self._unpersisted[0][0] <= number:
             self._unpersisted.popleft()
+        if self.log.bytes > self.timing.max_log_bytes:
+            self._compact()  # what was just written may leave memory now
         if self._tracker is not None:
             self._leader_commit()
         elif self.role == Role.FOLLOWER and self.leader is not None:
@@ -176,6 +178,7 @@ class OrderingNode(Elections, Replication, Admission):
         for entry in entries:
             if entry.index <= self.log.snapshot_index:
                 self._loaded[entry.index] = entry
+        self._forget_loaded()  # what a peer or our applying has moved past meanwhile
         self._loads_asked.clear()
         self._replication_due = True
 
@@ -303,6 +306,11 @@ class OrderingNode(Elections, Replication, Admission):
     def outbox_size(self) -> int:
         return len(self.outbox)
 
+    def log_memory_bytes(self) -> int:
+        """The batches this member holds in its in-memory log and read back from
+        storage (``OriginBatch.size_bytes``): what ``Timing.max_log_bytes`` bounds."""
+        return self.log.bytes + sum(entry_size(e) for e in self._loaded.values())
+
     # ------------------------------------------------------------------ apply
 
     def _apply_committed(self) -> None:
@@ -313,7 +321,9 @@ class OrderingNode(Elections, Replication, Admission):
         while ledger.applied_index < self.commit_index:
             if self._applying and self._applying_bytes >= self.timing.max_apply_bytes:
                 return
-            entry = self.log.entry(ledger.applied_index + 1)
+            entry = self._committed_entry(ledger.applied_index + 1)
+            if entry is None:
+                return  # compacted from memory: being read back from our ordering log
             delivery = ledger.apply(entry)
             size = entry.batch.size_bytes() if entry.batch is not None else 0
             self._applying.append((entry.index, size))

@@ -70,6 +70,7 @@ class NodeState:
         # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
         # not appended again (it would only be dropped as a duplicate after ordering).
         self._uncommitted: dict[BatchKey, int] = {}
+        self._uncommitted_bytes = 0  # their batches' size (OriginBatch.size_bytes)
         # Forwarded batches wait here while the leader may not admit more (bounded).
         self._admission: deque[OriginBatch] = deque()
 

@@ -35,7 +35,10 @@ class Replication(NodeState):
 
     def _track_uncommitted(self, entry: Entry) -> None:
         if entry.batch is not None:
-            self._uncommitted[batch_key(entry.batch)] = entry.index
+            key = batch_key(entry.batch)
+            if key not in self._uncommitted:
+                self._uncommitted_bytes += entry.batch.size_bytes()
+            self._uncommitted[key] = entry.index
 
     def _mark_persist(self, index: int) -> None:
         if self.ledger is None:
@@ -72,24 +75,36 @@ class Replication(NodeState):
         for index in range(max(1, first - 1), upto + 1):
             entry = self._loaded.get(index)
             if entry is None:
+                if index > first:
+                    return loaded  # a read-back stops at its byte bound: send what came
                 if not self.is_witness:
                     # Load the entry before ``first`` too: its term is the Append's prev_term.
-                    # Read ahead a window's worth: a lagging peer then catches up at the
-                    # pace of the pipeline, not one read per Append.
-                    ahead = min(
-                        self.log.snapshot_index,
-                        first - 1 + _READ_AHEAD_APPENDS * (self.timing.max_entries_per_append),
-                    )
-                    span = (max(1, first - 1), max(upto, ahead))
-                    if span not in self._loads_asked:
-                        self._loads_asked.add(span)
-                        self._ready.loads.append(span)
+                    self._ask_load(index, first - 1)
                 return None
             if index >= first:
                 loaded.append(entry)
         if upto < last:
             loaded.extend(self.log.slice(upto + 1, last))
         return loaded
+
+    def _ask_load(self, first: int, base: int) -> None:
+        """Ask the shell to read entries back from ``first`` to a window's worth past
+        ``base``: a lagging peer, or our own applying, then goes at the pace of the
+        pipeline, not one read per Append (the shell stops at ``max_load_bytes``)."""
+        ahead = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
+        span = (first, min(self.log.snapshot_index, base + ahead))
+        if span not in self._loads_asked:
+            self._loads_asked.add(span)
+            self._ready.loads.append(span)
+
+    def _committed_entry(self, index: int) -> Entry | None:
+        """A committed entry to apply, or None while it is read back from storage."""
+        if index > self.log.snapshot_index:
+            return self.log.entry(index)
+        entry = self._loaded.get(index)
+        if entry is None:
+            self._ask_load(index, index - 1)
+        return entry
 
     def _term_of(self, index: int) -> int | None:
         if index == 0:
@@ -306,11 +321,11 @@ class Replication(NodeState):
         if self._uncommitted:
             for position in range(self.commit_index + 1, index + 1):
                 batch = self.log.entry(position).batch
-                if batch is not None:
-                    self._uncommitted.pop(batch_key(batch), None)
+                if batch is not None and self._uncommitted.pop(batch_key(batch), None) is not None:
+                    self._uncommitted_bytes -= batch.size_bytes()
         self.commit_index = index
         self._replication_due = True
-        if self.ledger is None:
+        if self.ledger is None or self.log.bytes > self.timing.max_log_bytes:
             self._compact()
 
     # ------------------------------------------------------------------ compaction
@@ -327,21 +342,42 @@ class Replication(NodeState):
         else:
             floor = max(self._all_durable, self._durable_applied - self.timing.retained_applied)
             upto = min(self._durable_applied, floor)
+            excess = self.log.bytes - self.timing.max_log_bytes
+            if excess > 0:
+                # Over the memory bound (this member applies slower than the group
+                # commits, or not at all while its T-global refuses a write): committed
+                # entries already in our own ordering log leave memory. They are read
+                # back when applied or sent to a lagging peer.
+                over = self.log.index_after_bytes(self.log.snapshot_index + 1, excess) + 1
+                upto = max(upto, min(over, self.commit_index, self._durable_end()))
         if upto > self.log.snapshot_index:
             self.log.compact(upto)
-            span = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
-            stale = upto - span
-            # Entries read back for a lagging peer stay until they are sent (its next
-            # Append starts at next - 1, for prev_term): a busy leader compacts between
-            # the load and the next probe, and must not drop them meanwhile.
-            wanted = (
-                [self._tracker[p].next - 1 for p in self._peers]
-                if self._tracker is not None
-                else []
-            )
-            for index in [
-                i
-                for i in self._loaded
-                if i <= stale and not any(0 <= i - first <= span for first in wanted)
-            ]:
-                del self._loaded[index]
+        if self._loaded:
+            self._forget_loaded()
+
+    def _forget_loaded(self) -> None:
+        """Keep entries read back only where something is about to send or apply them:
+        from a lagging peer's next - 1 (its next Append's prev_term) or our applied index
+        + 1, what was read in one run, up to a read-back's worth of bytes. A busy leader
+        compacts between the load and the next probe, and must not drop them meanwhile;
+        a member that applies nothing (its T-global refuses a write) must still drop
+        what its peers have moved past."""
+        starts = (
+            [max(1, self._tracker[p].next - 1) for p in self._peers]
+            if self._tracker is not None
+            else []
+        )
+        if self.ledger is not None:
+            starts.append(self.ledger.applied_index + 1)
+        keep: set[int] = set()
+        for start in starts:
+            # At least two: a peer's Append needs the entry before the first it carries.
+            index, budget = start, self.timing.max_load_bytes
+            while (entry := self._loaded.get(index)) is not None:
+                keep.add(index)
+                budget -= entry_size(entry)
+                if budget < 0 and index > start:
+                    break
+                index += 1
+        for index in [i for i in self._loaded if i not in keep]:
+            del self._loaded[index]

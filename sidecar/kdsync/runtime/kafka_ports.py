@@ -68,14 +68,19 @@ class KafkaLogPort(_LoopPort):
             return
         self._bound().log_persisted()
 
-    def load(self, spans: list[tuple[int, int]]) -> None:
-        self._spawn(self._load(spans))
+    def load(self, spans: list[tuple[int, int]], max_bytes: int) -> None:
+        self._spawn(self._load(spans, max_bytes))
 
-    async def _load(self, spans: list[tuple[int, int]]) -> None:
+    async def _load(self, spans: list[tuple[int, int]], max_bytes: int) -> None:
         found: list[Entry] = []
+        budget = max_bytes
         try:
             for first, last in spans:
-                found.extend(await asyncio.to_thread(self._store.load, first, last))
+                if budget < 0:
+                    break
+                part, read = await asyncio.to_thread(self._store.load, first, last, budget)
+                found.extend(part)
+                budget -= read
         except KafkaShellError as exc:
             self._bound().load_failed(str(exc))
             return

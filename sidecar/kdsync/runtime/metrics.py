@@ -106,6 +106,11 @@ class SidecarMetrics:
             "Log index durably written to T-global",
             registry=r,
         )
+        self.log_memory = Gauge(
+            "kdsync_log_memory_bytes",
+            "Ordering log entries held in memory, read-backs included (ordering.maxLogBytes)",
+            registry=r,
+        )
         self.halted = Gauge(
             "kdsync_delivery_halted",
             "1 while delivery to T-global is halted (see the reason label and kdsync status)",

@@ -369,6 +369,7 @@ class Sidecar:
             m.view_member.labels(member).set(1 if member in view else 0)
         m.commit_index.set(status.commit_index)
         m.applied_index.set(driver.state.durable_applied)
+        m.log_memory.set(node.log_memory_bytes())
         for member, entries in node_section(driver)["memberLag"].items():
             m.member_lag.labels(member).set(entries)
         if self.transport is not None:

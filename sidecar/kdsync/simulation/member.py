@@ -42,6 +42,7 @@ from kdsync.ordering import (
     RecoveredState,
     SourceEvent,
     Timing,
+    entry_size,
 )
 from kdsync.simulation.network import SimNetwork
 
@@ -304,15 +305,24 @@ class _SimLogPort:
             )
         )
 
-    def load(self, spans: list[tuple[int, int]]) -> None:
+    def load(self, spans: list[tuple[int, int]], max_bytes: int) -> None:
         m = self.m
         driver = m.driver
         assert driver is not None
         found: list[Entry] = []
-        wanted = {i for first, last in spans for i in range(first, last + 1)}
+        wanted = sorted({i for first, last in spans for i in range(first, last + 1)})
 
         def read() -> None:
-            found.extend(e for e in m.kafka.log if e.index in wanted)
+            stored = {e.index: e for e in m.kafka.log}
+            budget = max_bytes
+            for index in wanted:
+                entry = stored.get(index)
+                if entry is None:
+                    continue
+                found.append(entry)
+                budget -= entry_size(entry)
+                if budget < 0:
+                    return
 
         m._schedule(
             _Pending(m.now + m.costs.load_ticks, "load", read, lambda: driver.entries_loaded(found))

@@ -76,7 +76,19 @@ def make_scenario(seed: int) -> Scenario:
     # A restarted witness's recovery answers come in parts of at most this many bytes:
     # one entry each, a few, or whole. Drawn apart so the rest of each seed stays as it was.
     parts = random.Random(f"recover-{seed}").choice((1, 200, 1 << 24))
-    return replace(scenario, timing=replace(scenario.timing, max_recover_bytes=parts))
+    # A data member keeps this much of its log in memory (none, a few entries, all) and
+    # reads back this much at a time (a few entries, all): compacted committed
+    # entries are read back from its ordering log to be applied or sent. A leader
+    # admits batches while its uncommitted ones hold less than a few entries' or 64 MiB.
+    memory = random.Random(f"log-memory-{seed}")
+    timing = replace(
+        scenario.timing,
+        max_recover_bytes=parts,
+        max_log_bytes=memory.choice((0, 2000, 1 << 26)),
+        max_load_bytes=memory.choice((300, 1 << 24)),
+        max_uncommitted_bytes=memory.choice((3000, 1 << 26)),
+    )
+    return replace(scenario, timing=timing)
 
 
 def _group(rng: random.Random, sizes: tuple[int, ...]) -> GroupSpec:
