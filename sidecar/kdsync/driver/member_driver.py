@@ -172,6 +172,7 @@ class MemberDriver:
         self._backoff = self.limits.retry_ticks[0]
         self._held: OriginBatch | None = None
         self._loading = False
+        self._load_retry_at: int | None = None  # after a failed read-back
         self._next_trim = self.limits.trim_ticks
 
     # ------------------------------------------------------------------ inputs
@@ -180,6 +181,7 @@ class MemberDriver:
         self._ticks += 1
         self.node.tick()
         self._maybe_trim()
+        self._maybe_retry_load()
         self._pump()
 
     def receive_frame(self, peer: str, frame: bytes) -> None:
@@ -219,8 +221,15 @@ class MemberDriver:
         self._pump()
 
     def load_failed(self, reason: str) -> None:
+        """A read-back failed: after a pause, the node asks again if it still needs it
+        (applying entries past ``max_log_bytes`` waits on read-backs)."""
         self.observer.load_failed(reason)
-        self.entries_loaded([])  # the node asks again when it still needs them
+        self._load_retry_at = self._ticks + self.limits.retry_ticks[0]
+
+    def _maybe_retry_load(self) -> None:
+        if self._load_retry_at is not None and self._ticks >= self._load_retry_at:
+            self._load_retry_at = None
+            self.entries_loaded([])
 
     def transaction_committed(self) -> None:
         taken = self._writing

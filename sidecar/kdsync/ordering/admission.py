@@ -20,13 +20,22 @@ class Admission(NodeState):
     def _on_forward(self, forward: Forward) -> None:
         if self.role != Role.LEADER:
             return  # the origin offers again once it learns who leads
-        room = 2 * self.timing.max_uncommitted - len(self._admission)
-        self._admission.extend(forward.batches[: max(0, room)])
+        # Bounded in batches and bytes: while admission is refused, origins resend what
+        # they forwarded, and the duplicates must not pile up here (the rest is dropped;
+        # origins offer it again).
+        for batch in forward.batches:
+            full = self._admission_bytes >= self.timing.max_uncommitted_bytes
+            if len(self._admission) >= 2 * self.timing.max_uncommitted or (
+                self._admission and full
+            ):
+                break
+            self._admission.append(batch)
+            self._admission_bytes += batch.size_bytes()
         self._admit()
 
     def _admit(self) -> None:
         while self._admission and self._accept_batch(self._admission[0]):
-            self._admission.popleft()
+            self._admission_bytes -= self._admission.popleft().size_bytes()
 
     def _may_admit(self) -> bool:
         if self.log.last_index - self.commit_index >= self.timing.max_uncommitted:

@@ -43,6 +43,7 @@ class Elections(NodeState):
         self._uncommitted.clear()
         self._uncommitted_bytes = 0
         self._admission.clear()
+        self._admission_bytes = 0
         self._timer.reset()
         if was_role != Role.FOLLOWER or term != was_term:
             following = f"following {leader}" if leader else "no leader known"

@@ -307,8 +307,9 @@ class OrderingNode(Elections, Replication, Admission):
         return len(self.outbox)
 
     def log_memory_bytes(self) -> int:
-        """The batches this member holds in its in-memory log and read back from
-        storage (``OriginBatch.size_bytes``): what ``Timing.max_log_bytes`` bounds."""
+        """The batches this member holds in its in-memory log (committed ones bounded by
+        ``max_log_bytes``, uncommitted ones by the leader's ``max_uncommitted_bytes``) and
+        read back from storage, in ``OriginBatch.size_bytes``."""
         return self.log.bytes + sum(entry_size(e) for e in self._loaded.values())
 
     # ------------------------------------------------------------------ apply

@@ -73,6 +73,7 @@ class NodeState:
         self._uncommitted_bytes = 0  # their batches' size (OriginBatch.size_bytes)
         # Forwarded batches wait here while the leader may not admit more (bounded).
         self._admission: deque[OriginBatch] = deque()
+        self._admission_bytes = 0
 
         self.outbox = Outbox(
             timing.max_outbox,

@@ -174,8 +174,11 @@ class Replication(NodeState):
                 if entries and self._send_append(peer, entries, pr.next - 1):
                     pr.sent(entries[-1].index, sum(entry_size(e) for e in entries))
             elif heartbeat or pr.sent_commit < self.commit_index:
-                # Nothing new: a bare heartbeat at a position the peer is known to hold.
-                self._send_append(peer, [], pr.match)
+                # Nothing new: a bare heartbeat at a position the peer is known to hold,
+                # or at our compacted prefix once that position left memory (committed
+                # past max_log_bytes): a peer that lacks it answers, and is probed.
+                at = pr.match if self._term_of(pr.match) is not None else self.log.snapshot_index
+                self._send_append(peer, [], at)
 
     # ------------------------------------------------------------------ receiving
 

@@ -84,6 +84,12 @@ class KafkaLogPort(_LoopPort):
         except KafkaShellError as exc:
             self._bound().load_failed(str(exc))
             return
+        except Exception as exc:  # e.g. a record that does not decode
+            # Reported and retried like a broker error: a read-back left pending for
+            # good would stop this member applying once its log passed maxLogBytes.
+            log.exception("reading the ordering log back failed")
+            self._bound().load_failed(f"{type(exc).__name__}: {exc}")
+            return
         self._bound().entries_loaded(found)
 
     def trim(self, below_index: int) -> None:
