@@ -326,7 +326,7 @@ class OrderingNode(Elections, Replication, Admission):
             if entry is None:
                 return  # compacted from memory: being read back from our ordering log
             delivery = ledger.apply(entry)
-            size = entry.batch.size_bytes() if entry.batch is not None else 0
+            size = entry_size(entry)
             self._applying.append((entry.index, size))
             self._applying_bytes += size
             self._ready.deliveries.append(delivery)

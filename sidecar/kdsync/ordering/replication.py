@@ -57,8 +57,7 @@ class Replication(NodeState):
             return entries
         budget = self.timing.max_append_bytes
         for count, entry in enumerate(entries):
-            if entry.batch is not None:
-                budget -= entry.batch.size_bytes()
+            budget -= entry_size(entry)
             if budget < 0 and count > 0:
                 return entries[:count]
         return entries
