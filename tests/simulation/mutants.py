@@ -19,7 +19,10 @@ from kdsync.ordering import (
     Role,
     Timing,
 )
+from kdsync.ordering.events import OriginBatch
+from kdsync.ordering.ledger import BatchVerdict
 from kdsync.ordering.messages import Append, RecoverReply, RecoverRequest
+from kdsync.ordering.outbox import Outbox
 from kdsync.ordering.witness import RecoveredWitness, WitnessRecovery
 
 
@@ -70,6 +73,47 @@ class ForgetMarksOnRestart(OrderingNode):
             amnesic = LedgerState(ledger.applied_index, ledger.applied_term, {}, ledger.next_seq)
             recovered = RecoveredState(recovered.hard_state, amnesic, recovered.entries)
         super().__init__(member, group, timing, incarnation, recovered)
+
+
+class _OutboxBlindToCommits(Outbox):
+    def committed(self, batch: OriginBatch) -> bool:
+        return True
+
+
+class LearnsOwnBatchesOnlyWhenApplied(OrderingNode):
+    """An origin settles its outbox, and hears of a gap among its own batches, only when
+    it applies them (the core before the simulator halted members): while its T-global
+    refuses writes it applies nothing, so a batch the leader skipped is never offered
+    again and its window fills with batches the leader already holds; the others stop
+    receiving its events."""
+
+    def __init__(
+        self,
+        member: str,
+        group: GroupSpec,
+        timing: Timing,
+        incarnation: int,
+        recovered: RecoveredState | None = None,
+    ) -> None:
+        super().__init__(member, group, timing, incarnation, recovered)
+        self.outbox = _OutboxBlindToCommits(
+            timing.max_outbox,
+            timing.max_outbox_bytes,
+            timing.max_forward,
+            timing.resend_ticks,
+            timing.max_forward_bytes,
+        )
+
+    def _apply_committed(self) -> None:
+        handed = len(self._ready.deliveries)
+        super()._apply_committed()
+        ledger = self.ledger
+        for delivery in self._ready.deliveries[handed:]:
+            where = delivery.origin_partition
+            if ledger is not None and where is not None and where[0] == self.member:
+                self.outbox.settle(where, ledger.marks.get(where, 0))
+                if delivery.verdict == BatchVerdict.GAP:
+                    self.outbox.offer_again()
 
 
 class WitnessWithoutRecovery(OrderingNode):
@@ -194,6 +238,7 @@ MUTANTS: dict[str, type[OrderingNode]] = {
     "witness-without-recovery": WitnessWithoutRecovery,
     "witness-splices-recovery-parts": WitnessSplicesRecoveryParts,
     "compacts-uncommitted-entries": CompactsUncommittedEntries,
+    "learns-own-batches-only-when-applied": LearnsOwnBatchesOnlyWhenApplied,
     "elections-without-pre-vote-or-backoff": ElectionsWithoutPreVoteOrBackoff,
     # Caught by the leader-churn scenarios, which aim at leader changes at commit time;
     # tests/unit/test_ordering_node.py also plays figure 8 step by step.

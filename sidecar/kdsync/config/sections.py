@@ -455,7 +455,9 @@ class OrderingConfig(ConfigModel):
         description="bytes of the leader's backlog (at least one batch is admitted)",
     )
     max_outbox: int = Field(
-        default=_TIMING_DEFAULTS.max_outbox, ge=1, description="batches an origin keeps in flight"
+        default=_TIMING_DEFAULTS.max_outbox,
+        ge=1,
+        description="batches of its own events a member keeps until they are committed",
     )
     retained_applied: int = Field(
         default=_TIMING_DEFAULTS.retained_applied,

@@ -62,7 +62,7 @@ class Timing:
     # entries never leave memory, so this bounds them on the leader and, through its
     # Appends, on every member.
     max_uncommitted_bytes: int = 64 * 1024 * 1024
-    max_outbox: int = 1024  # batches an origin keeps until they are delivered
+    max_outbox: int = 1024  # batches an origin keeps until they are committed in order
     max_outbox_bytes: int = 64 * 1024 * 1024
     max_forward: int = 16  # batches an origin has on their way to the leader at once
     # Bounds a Forward's payload (at least one batch is always sent), as max_append_bytes

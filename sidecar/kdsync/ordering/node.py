@@ -46,7 +46,7 @@ from kdsync.ordering.admission import Admission
 from kdsync.ordering.elections import Elections
 from kdsync.ordering.events import OriginBatch
 from kdsync.ordering.group import GroupSpec, Timing
-from kdsync.ordering.ledger import BatchVerdict, DeliveryLedger
+from kdsync.ordering.ledger import DeliveryLedger
 from kdsync.ordering.log import Entry, entry_size
 from kdsync.ordering.messages import (
     Append,
@@ -90,6 +90,7 @@ class OrderingNode(Elections, Replication, Admission):
             self.log.reset(ledger.applied_index, ledger.applied_term, list(state.entries))
             self.commit_index = ledger.applied_index
             self._durable_applied = ledger.applied_index
+            self.outbox.start_from({w: m for w, m in ledger.marks.items() if w[0] == member})
         self._timer.reset()
 
     # ------------------------------------------------------------------ inputs
@@ -127,7 +128,7 @@ class OrderingNode(Elections, Replication, Admission):
             return False
         self._stirred = True
         where = batch.origin_partition
-        if self.ledger is not None and self.ledger.covers(batch):
+        if self.outbox.ordered(batch):
             # Already in the ordered stream (we restarted behind our own deliveries).
             return True
         opens = where not in self._opened
@@ -330,9 +331,3 @@ class OrderingNode(Elections, Replication, Admission):
             self._applying.append((entry.index, size))
             self._applying_bytes += size
             self._ready.deliveries.append(delivery)
-            where = delivery.origin_partition
-            if where is not None and where[0] == self.member:
-                self.outbox.settle(where, ledger.marks.get(where, 0))
-                if delivery.verdict == BatchVerdict.GAP:
-                    # An earlier batch of ours went missing: offer everything again.
-                    self.outbox.offer_again()

@@ -1,13 +1,20 @@
 """An origin's batches on their way into the ordered stream.
 
-A batch stays here from the moment its origin offers it until its own ledger shows it
-delivered (or covered). Only a window of batches travels to the leader at a time: a
-batch counts against the window from its ``Forward`` until the origin sees it appended to
-the log (in an ``Append`` it receives, or by appending it itself as leader). A burst
-therefore waits here, in the origin, rather than flooding the leader with copies: the
-leader's work per tick stays bounded however far behind the group is. A forwarded batch
-that does not show up is sent again after ``resend_ticks``; after a leader change every
-undelivered batch is offered again (the new leader drops what it already holds).
+A batch stays here from the moment its origin offers it until the committed log carries
+it on from where its partition's chain stands: the delivery ledger's rule, run at commit
+rather than at apply (``committed``). Such a batch is delivered (or found duplicate) by
+every data member when applied, so it need never be offered again. Running the rule at
+commit lets an origin whose ``T-global`` refuses writes, and so applies nothing, keep
+its own events flowing to the others, and still learn at once when a batch of its own
+would be a gap.
+
+Only a window of batches travels to the leader at a time: a batch counts against the
+window from its ``Forward`` until the origin sees it appended to the log (in an
+``Append`` it receives, or by appending it itself as leader). A burst therefore waits
+here, in the origin, rather than flooding the leader with copies: the leader's work per
+tick stays bounded however far behind the group is. A forwarded batch that does not show
+up is sent again after ``resend_ticks``; after a leader change every batch not yet
+committed is offered again (the new leader drops what it already holds).
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ class Outbox:
         self._travelling = 0  # forwarded and not yet seen appended
         self._unsent = 0  # neither forwarded nor seen appended
         self._resend_at = _LATER  # no travelling batch is due for a resend before this
+        # Per partition of ours, the position up to which committed entries deliver it.
+        self._marks: dict[OriginPartition, int] = {}
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -63,6 +72,33 @@ class Outbox:
 
     def has_room(self) -> bool:
         return len(self._by_key) < self.max_batches and self._bytes < self.max_bytes
+
+    def start_from(self, marks: dict[OriginPartition, int]) -> None:
+        """Our partitions' marks in the ledger we recovered (applied up to the commit
+        index we start from)."""
+        self._marks = dict(marks)
+
+    def ordered(self, batch: OriginBatch) -> bool:
+        """Every event of ``batch`` is in committed entries that deliver it."""
+        mark = self._marks.get(batch.origin_partition)
+        return mark is not None and batch.end <= mark
+
+    def committed(self, batch: OriginBatch) -> bool:
+        """A committed entry carries ``batch`` (ours), in log order. The ledger's rule:
+        False when it leaves a gap (applied, it will be rejected; it must travel again),
+        else the batches it delivers are settled."""
+        where = batch.origin_partition
+        mark = self._marks.get(where)
+        if mark is None:
+            if not batch.opens:
+                return False
+            mark = batch.start
+        if batch.start > mark:
+            return False
+        if batch.end > mark:
+            self._marks[where] = batch.end
+            self.settle(where, batch.end)
+        return True
 
     def add(self, batch: OriginBatch) -> None:
         pending = _Pending(batch, batch.size_bytes())
@@ -109,7 +145,7 @@ class Outbox:
         return out
 
     def appended(self, key: BatchKey) -> None:
-        """The batch is in the log: it leaves the window (it stays until delivered)."""
+        """The batch is in the log: it leaves the window (it stays until committed in order)."""
         pending = self._by_key.get(key)
         if pending is not None and not pending.appended:
             if pending.sent_at is not None:
@@ -128,7 +164,7 @@ class Outbox:
             self._unsent += 1
 
     def offer_again(self) -> None:
-        """After a leader change or a gap: every undelivered batch travels again."""
+        """After a leader change or a gap: every batch not yet committed travels again."""
         for pending in self._by_key.values():
             pending.sent_at = None
             pending.appended = False
@@ -137,7 +173,7 @@ class Outbox:
         self._resend_at = _LATER
 
     def settle(self, where: OriginPartition, mark: int) -> None:
-        """Drop batches of ``where`` that end at or below ``mark`` (delivered)."""
+        """Drop batches of ``where`` that end at or below ``mark`` (ordered)."""
         queue = self._queues.get(where)
         if not queue:
             return

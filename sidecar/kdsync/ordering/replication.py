@@ -320,11 +320,17 @@ class Replication(NodeState):
     def _advance_commit(self, index: int) -> None:
         if index <= self.commit_index:
             return
-        if self._uncommitted:
+        if self._uncommitted or self.ledger is not None:
+            # Uncommitted entries are all in memory (compaction stops at the commit index).
             for position in range(self.commit_index + 1, index + 1):
                 batch = self.log.entry(position).batch
-                if batch is not None and self._uncommitted.pop(batch_key(batch), None) is not None:
+                if batch is None:
+                    continue
+                if self._uncommitted and self._uncommitted.pop(batch_key(batch), None) is not None:
                     self._uncommitted_bytes -= batch.size_bytes()
+                if batch.origin == self.member and not self.outbox.committed(batch):
+                    # A batch of ours ahead of it went missing: offer everything again.
+                    self.outbox.offer_again()
         self.commit_index = index
         self._replication_due = True
         if self.ledger is None or self.log.bytes > self.timing.max_log_bytes:

@@ -12,7 +12,8 @@ in an inbox and cost work to handle (decoding is what costs a real sidecar its C
 loop handles them in turns of at most ``frames_per_turn``; a tick fires only when the loop
 is free, so a long turn delays it, and ticks that fall in a busy or stalled stretch are
 lost, as the runtime's tick loop loses them. The whole process can also stall for a
-while (a paused VM, a garbage collection).
+while (a paused VM, a garbage collection). And its destination can refuse every write
+for a while (``refusing``), as a ``T-global`` that refuses a record too large for it does.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from kdsync.driver import (
     DriverPorts,
     MemberDriver,
     SourcePartition,
+    WriteFailure,
 )
 from kdsync.ordering import (
     DeliveredEvent,
@@ -154,6 +156,7 @@ class SimMember:
         self.kafka = SimKafka()
         self.driver: MemberDriver | None = None
         self.crash_in_ready = 0.0  # chance to die when an operation completes
+        self.refusing = False  # T-global refuses every transaction: the member halts
         self.incarnations = 0
         self.now = 0
         self.down_since = 0  # the tick of the last crash (meaningful while down)
@@ -345,6 +348,18 @@ class _SimDeliveryPort:
         ticks = costs.transaction_ticks
         if costs.events_per_tick:
             ticks += sum(len(d.events) for d in deliveries) // costs.events_per_tick
+        if m.refusing:
+            m._schedule(
+                _Pending(
+                    m.now + ticks,
+                    "write",
+                    lambda: None,
+                    lambda: driver.transaction_failed(
+                        WriteFailure.TOO_LARGE, "T-global refuses a record (simulated)"
+                    ),
+                )
+            )
+            return
         m._schedule(
             _Pending(
                 m.now + ticks,

@@ -155,6 +155,20 @@ def run_scenario(
             member.start()
         if not progress and settle(data_members) is None:
             progress.append(f"{sorted(scenario.minority_down)} did not catch up after return")
+    if scenario.halted is not None and not progress:
+        # Phase 5: one member's T-global refuses every write. It keeps ordering (it votes,
+        # stores, may lead) and offering its own events; the others deliver them all.
+        halted = members[scenario.halted]
+        halted.refusing = True
+        others = [m for m in data_members if m is not halted]
+        for _ in range(40):
+            produce(data_members)
+            step()
+        if settle(others) is None:
+            progress.append(f"{halted.name} halted: the others did not deliver every event")
+        halted.refusing = False
+        if not progress and settle(data_members) is None:
+            progress.append(f"{halted.name} did not catch up once its T-global took writes")
 
     globals_by_member = {m.name: m.kafka.globals for m in data_members}
     violations = check_properties(globals_by_member, sources, require_complete=True)

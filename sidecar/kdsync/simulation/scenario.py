@@ -44,6 +44,9 @@ class Scenario:
     max_batch_events: int = 4
     # After healing, these stay down for a while (a minority): the rest must go on.
     minority_down: tuple[str, ...] = ()
+    # Then this data member's T-global refuses every write for a while: it halts, and the
+    # others must still deliver every event, its own included.
+    halted: str | None = None
     limits: DriverLimits = field(default_factory=DriverLimits)
     costs: dict[str, SimCosts] = field(default_factory=dict)  # by member; default: free
     burst: int = 1  # events per source partition each time one is produced
@@ -54,6 +57,7 @@ class Scenario:
         return (
             f"seed={self.seed} {self.shape} members={len(self.group.members)}{witnesses} "
             f"faults={len(self.faults)} down-after={list(self.minority_down)} "
+            f"halted-after={self.halted} "
             f"drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
             f"reorder={self.link.reorder:.2f} delay<={self.link.max_delay}"
         )
@@ -88,7 +92,10 @@ def make_scenario(seed: int) -> Scenario:
         max_load_bytes=memory.choice((300, 1 << 24)),
         max_uncommitted_bytes=memory.choice((3000, 1 << 26)),
     )
-    return replace(scenario, timing=timing)
+    # In three in ten, a member halts once the group has healed (drawn apart, as above).
+    halt = random.Random(f"halt-{seed}")
+    halted = halt.choice(scenario.group.data_members) if halt.random() < 0.3 else None
+    return replace(scenario, timing=timing, halted=halted)
 
 
 def _group(rng: random.Random, sizes: tuple[int, ...]) -> GroupSpec:

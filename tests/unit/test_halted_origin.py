@@ -1,0 +1,89 @@
+"""An origin that cannot write its own T-global still gets every one of its events
+ordered (issue #13).
+
+A halted member applies nothing, so what it learns about its own batches it must learn
+when they commit: that one was skipped (a later batch of the same partition reached the
+log first: applied, it will be a gap) and that the rest are in the ordered stream and
+need not be kept or offered again.
+"""
+
+from __future__ import annotations
+
+from kdsync.ordering import Message, Timing
+from kdsync.ordering.messages import Forward
+from tests.unit.ordering_pump import (
+    ELECTION_DEADLINE,
+    THREE,
+    Pump,
+    assert_same_order_everywhere,
+)
+
+
+def _others_have_every_event(pump: Pump, halted: str) -> bool:
+    wanted = pump.produced()
+    return all(set(pump.delivered(m)) == wanted for m in THREE.data_members if m != halted)
+
+
+def test_a_halted_origin_whose_forward_was_lost_offers_the_later_batch_again() -> None:
+    # A halted member applies only what fits its apply window; the rest waits unapplied.
+    pump = Pump(THREE, Timing(max_apply_bytes=60))
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    leader = pump.leader()
+    assert leader is not None
+    origin = next(m for m in THREE.members if m != leader)
+    pump.halted.add(origin)
+    lost: list[int] = []
+
+    def lose_the_second_batch(sender: str, receiver: str, message: Message) -> bool:
+        # A leader whose admission queue is full drops the batches of a Forward it
+        # cannot hold; the same happens to a Forward lost with its connection.
+        if sender != origin or not isinstance(message, Forward) or lost:
+            return False
+        if any(batch.start == 1 for batch in message.batches):
+            lost.append(1)
+            return True
+        return False
+
+    pump.drop = lose_the_second_batch
+    pump.produce(leader, 5)  # fills the halted origin's apply window
+    for _ in range(3):
+        pump.produce(origin, 1)  # one batch each, forwarded at once
+    assert lost, "the test did not lose the Forward it meant to"
+    others = [m for m in THREE.data_members if m != origin]
+    pump.run_until(
+        lambda: _others_have_every_event(pump, origin),
+        20 * Timing().resend_ticks,
+        "the others deliver every event of the halted origin",
+    )
+    assert_same_order_everywhere(pump, others)
+    assert not pump.disks[origin].delivered, "the origin stayed halted throughout"
+
+    pump.resume(origin)
+    pump.run_until(pump.all_delivered_everywhere, ELECTION_DEADLINE, "the origin catches up")
+    assert_same_order_everywhere(pump, THREE.data_members)
+
+
+def test_a_halted_origin_keeps_offering_far_more_than_its_outbox_holds() -> None:
+    """Its outbox lets a batch go once the batch is committed in order, not once it is
+    written: its events keep reaching the others however long it stays halted."""
+    timing = Timing(max_apply_bytes=60, max_outbox=4)
+    pump = Pump(THREE, timing)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    leader = pump.leader()
+    assert leader is not None
+    origin = next(m for m in THREE.members if m != leader)
+    pump.halted.add(origin)
+    for _ in range(10):
+        pump.produce(origin, 4)  # a full outbox each time: ten outboxes' worth in all
+        pump.tick()
+    pump.run_until(
+        lambda: _others_have_every_event(pump, origin),
+        ELECTION_DEADLINE,
+        "the others deliver every event of the halted origin",
+    )
+    assert len(pump.disks[origin].delivered) == 0
+    assert pump.node(origin).outbox_size() == 0
+
+    pump.resume(origin)
+    pump.run_until(pump.all_delivered_everywhere, ELECTION_DEADLINE, "the origin catches up")
+    assert_same_order_everywhere(pump, THREE.data_members)
