@@ -9,8 +9,17 @@ need not be kept or offered again.
 
 from __future__ import annotations
 
-from kdsync.ordering import Message, Timing
-from kdsync.ordering.messages import Forward
+from kdsync.ordering import (
+    Entry,
+    Message,
+    OrderingNode,
+    OriginBatch,
+    Ready,
+    RecoveredState,
+    SourceEvent,
+    Timing,
+)
+from kdsync.ordering.messages import Append, Forward
 from tests.unit.ordering_pump import (
     ELECTION_DEADLINE,
     THREE,
@@ -87,3 +96,46 @@ def test_a_halted_origin_keeps_offering_far_more_than_its_outbox_holds() -> None
     pump.resume(origin)
     pump.run_until(pump.all_delivered_everywhere, ELECTION_DEADLINE, "the origin catches up")
     assert_same_order_everywhere(pump, THREE.data_members)
+
+
+def test_an_old_append_seen_again_after_a_gap_does_not_stop_the_batch_travelling() -> None:
+    """A batch of ours committed as a gap travels again; a copy of the Append that first
+    carried it (a duplicate on the link, a probe from a stale match) must not count as
+    seeing it appended, even while this member has not applied that entry."""
+    b = OrderingNode("b", THREE, Timing(max_apply_bytes=60), 1, RecoveredState())
+    big = OriginBatch("a", "t", 0, 0, 1, True, (_event(0, 100),))
+    first = OriginBatch("b", "t", 0, 0, 1, True, (_event(0),))
+    second = OriginBatch("b", "t", 0, 1, 2, False, (_event(1),))
+    # Leader a's first entry is committed; b applies it and, halted, never writes it:
+    # its apply window stays full.
+    b.receive("a", Append(1, 0, 0, (Entry(1, 1, big),), 1, 7, 0))
+    b.ready()
+    assert b.offer(first) and b.offer(second)
+    b.ready()  # both forwarded; the leader admits only the second
+    carrying_second = Append(1, 1, 1, (Entry(2, 1, second),), 1, 7, 0)
+    b.receive("a", carrying_second)
+    b.ready()
+    b.receive("a", Append(1, 2, 1, (), 2, 7, 0))  # it commits: a gap, both travel again
+    assert _forwarded(b.ready()) == [(0, 1), (1, 2)]
+    assert b.ledger is not None and b.ledger.applied_index < b.commit_index
+    b.receive("a", carrying_second)  # that Forward was lost; an old copy arrives
+    b.ready()
+    resent: list[tuple[int, int]] = []
+    for _ in range(3 * b.timing.resend_ticks):
+        b.tick()
+        b.receive("a", Append(1, 2, 1, (), 2, 7, 0))
+        resent += _forwarded(b.ready())
+    assert (1, 2) in resent, resent
+
+
+def _event(offset: int, size: int = 1) -> SourceEvent:
+    return SourceEvent(offset, b"k" * size, b"v" * size, (), 0)
+
+
+def _forwarded(ready: Ready) -> list[tuple[int, int]]:
+    return [
+        (batch.start, batch.end)
+        for out in ready.messages
+        if isinstance(out.message, Forward)
+        for batch in out.message.batches
+    ]

@@ -224,12 +224,13 @@ class Replication(NodeState):
         changed = self.log.merge(entries)
         if changed is not None:
             self._mark_persist(changed)
-        applied = self.ledger.applied_index if self.ledger is not None else self.commit_index
+        committed = self.commit_index
         for entry in entries:
-            # Only entries still to be applied: an old Append seen again must not mark a
-            # batch as on its way once its entry was applied (as a gap, say).
+            # Only entries not yet committed: an old Append seen again must not mark a
+            # batch as on its way once its entry committed (as a gap, say: the outbox
+            # decides that at commit, and the batch must travel again).
             batch = entry.batch
-            if batch is not None and batch.origin == self.member and entry.index > applied:
+            if batch is not None and batch.origin == self.member and entry.index > committed:
                 self.outbox.appended(batch_key(batch))
         match = prev_index + len(entries)
         self._all_durable = max(self._all_durable, append.all_durable)

@@ -9,7 +9,7 @@ from kdsync.ordering import OrderingNode, Role, SourceEvent
 from kdsync.simulation.checker import EventId, Violation, check_properties
 from kdsync.simulation.member import DriverFactory, NodeFactory, SimMember, production_driver
 from kdsync.simulation.network import LinkFaults, SimNetwork
-from kdsync.simulation.scenario import TRIGGER_TICKS, Fault, Scenario
+from kdsync.simulation.scenario import HALT_TRAFFIC_TICKS, TRIGGER_TICKS, Fault, Scenario
 
 
 @dataclass(frozen=True)
@@ -158,12 +158,22 @@ def run_scenario(
     if scenario.halted is not None and not progress:
         # Phase 5: one member's T-global refuses every write. It keeps ordering (it votes,
         # stores, may lead) and offering its own events; the others deliver them all.
+        # Traffic runs over the scenario's own faulty links, and the halted member may
+        # restart in the middle of it, still halted.
         halted = members[scenario.halted]
         halted.refusing = True
         others = [m for m in data_members if m is not halted]
-        for _ in range(40):
+        network.faults = scenario.link
+        for tick in range(HALT_TRAFFIC_TICKS):
+            if tick == scenario.halted_restart_at:
+                halted.crash()
+            elif halted.driver is None and tick == (scenario.halted_restart_at or 0) + 5:
+                halted.start()
             produce(data_members)
             step()
+        network.faults = LinkFaults(max_delay=scenario.link.max_delay, reorder=0.01)
+        if not halted.up:
+            halted.start()
         if settle(others) is None:
             progress.append(f"{halted.name} halted: the others did not deliver every event")
         halted.refusing = False

@@ -27,6 +27,7 @@ class Fault:
 
 
 TRIGGER_TICKS = 200  # an armed fault whose event does not come by then is dropped
+HALT_TRAFFIC_TICKS = 40  # ticks of traffic while a member is halted
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Scenario:
     # Then this data member's T-global refuses every write for a while: it halts, and the
     # others must still deliver every event, its own included.
     halted: str | None = None
+    halted_restart_at: int | None = None  # ... crashed at this tick of its traffic, restarted
     limits: DriverLimits = field(default_factory=DriverLimits)
     costs: dict[str, SimCosts] = field(default_factory=dict)  # by member; default: free
     burst: int = 1  # events per source partition each time one is produced
@@ -57,7 +59,7 @@ class Scenario:
         return (
             f"seed={self.seed} {self.shape} members={len(self.group.members)}{witnesses} "
             f"faults={len(self.faults)} down-after={list(self.minority_down)} "
-            f"halted-after={self.halted} "
+            f"halted-after={self.halted} restart-halted={self.halted_restart_at} "
             f"drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
             f"reorder={self.link.reorder:.2f} delay<={self.link.max_delay}"
         )
@@ -92,10 +94,12 @@ def make_scenario(seed: int) -> Scenario:
         max_load_bytes=memory.choice((300, 1 << 24)),
         max_uncommitted_bytes=memory.choice((3000, 1 << 26)),
     )
-    # In three in ten, a member halts once the group has healed (drawn apart, as above).
+    # In three in ten, a member halts once the group has healed (drawn apart, as above),
+    # and in half of those it also restarts while halted.
     halt = random.Random(f"halt-{seed}")
     halted = halt.choice(scenario.group.data_members) if halt.random() < 0.3 else None
-    return replace(scenario, timing=timing, halted=halted)
+    restart_at = halt.randint(0, HALT_TRAFFIC_TICKS - 10) if halt.random() < 0.5 else None
+    return replace(scenario, timing=timing, halted=halted, halted_restart_at=restart_at)
 
 
 def _group(rng: random.Random, sizes: tuple[int, ...]) -> GroupSpec:
