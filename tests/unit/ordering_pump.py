@@ -304,6 +304,18 @@ class Pump:
         return "\n".join(lines)
 
 
+def halted_follower(timing: Timing) -> tuple[Pump, str, str]:
+    """A three-member pump with an elected leader and one follower halted (its
+    T-global refuses writes): (pump, leader, follower)."""
+    pump = Pump(THREE, timing)
+    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
+    leader = pump.leader()
+    assert leader is not None
+    follower = next(m for m in THREE.members if m != leader)
+    pump.halted.add(follower)
+    return pump, leader, follower
+
+
 def assert_same_order_everywhere(pump: Pump, members: Iterable[str]) -> list[EventKey]:
     streams = {m: pump.disks[m].delivered for m in members}
     reference_member, reference = next(iter(streams.items()))

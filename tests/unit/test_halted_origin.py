@@ -25,6 +25,7 @@ from tests.unit.ordering_pump import (
     THREE,
     Pump,
     assert_same_order_everywhere,
+    halted_follower,
 )
 
 
@@ -35,12 +36,7 @@ def _others_have_every_event(pump: Pump, halted: str) -> bool:
 
 def test_a_halted_origin_whose_forward_was_lost_offers_the_later_batch_again() -> None:
     # A halted member applies only what fits its apply window; the rest waits unapplied.
-    pump = Pump(THREE, Timing(max_apply_bytes=60))
-    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
-    leader = pump.leader()
-    assert leader is not None
-    origin = next(m for m in THREE.members if m != leader)
-    pump.halted.add(origin)
+    pump, leader, origin = halted_follower(Timing(max_apply_bytes=60))
     lost: list[int] = []
 
     def lose_the_second_batch(sender: str, receiver: str, message: Message) -> bool:
@@ -75,13 +71,7 @@ def test_a_halted_origin_whose_forward_was_lost_offers_the_later_batch_again() -
 def test_a_halted_origin_keeps_offering_far_more_than_its_outbox_holds() -> None:
     """Its outbox lets a batch go once the batch is committed in order, not once it is
     written: its events keep reaching the others however long it stays halted."""
-    timing = Timing(max_apply_bytes=60, max_outbox=4)
-    pump = Pump(THREE, timing)
-    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
-    leader = pump.leader()
-    assert leader is not None
-    origin = next(m for m in THREE.members if m != leader)
-    pump.halted.add(origin)
+    pump, _, origin = halted_follower(Timing(max_apply_bytes=60, max_outbox=4))
     for _ in range(10):
         pump.produce(origin, 4)  # a full outbox each time: ten outboxes' worth in all
         pump.tick()

@@ -11,24 +11,15 @@ from tests.unit.ordering_pump import (
     THREE,
     Pump,
     assert_same_order_everywhere,
+    halted_follower,
 )
 
 BOUND = 300  # bytes of committed, stored entries a member keeps in memory
 
 
-def _halted_follower(timing: Timing) -> tuple[Pump, str, str]:
-    pump = Pump(THREE, timing)
-    pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "election")
-    leader = pump.leader()
-    assert leader is not None
-    follower = next(m for m in THREE.members if m != leader)
-    pump.halted.add(follower)
-    return pump, leader, follower
-
-
 def test_a_halted_member_keeps_ordering_in_bounded_memory_and_catches_up() -> None:
     timing = Timing(max_log_bytes=BOUND, max_apply_bytes=60, retained_applied=3)
-    pump, leader, follower = _halted_follower(timing)
+    pump, leader, follower = halted_follower(timing)
     node = pump.node(follower)
     largest = 0
     held = 0
@@ -60,7 +51,7 @@ def test_a_halted_member_keeps_ordering_in_bounded_memory_and_catches_up() -> No
 def test_without_a_bound_a_halted_member_holds_everything_it_orders() -> None:
     """The measure above is not vacuous: the default bound (64 MiB) is never reached
     here, and the same traffic stays in memory."""
-    pump, _, follower = _halted_follower(Timing(max_apply_bytes=60, retained_applied=3))
+    pump, _, follower = halted_follower(Timing(max_apply_bytes=60, retained_applied=3))
     for _ in range(60):
         for member in THREE.members:
             pump.produce(member, 2)

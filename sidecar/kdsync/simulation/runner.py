@@ -164,16 +164,15 @@ def run_scenario(
         halted.refusing = True
         others = [m for m in data_members if m is not halted]
         network.faults = scenario.link
+        restart_at = scenario.halted_restart_at  # down for 5 ticks, within the traffic
         for tick in range(HALT_TRAFFIC_TICKS):
-            if tick == scenario.halted_restart_at:
+            if tick == restart_at:
                 halted.crash()
-            elif halted.driver is None and tick == (scenario.halted_restart_at or 0) + 5:
+            elif restart_at is not None and tick == restart_at + 5:
                 halted.start()
             produce(data_members)
             step()
         network.faults = LinkFaults(max_delay=scenario.link.max_delay, reorder=0.01)
-        if not halted.up:
-            halted.start()
         if settle(others) is None:
             progress.append(f"{halted.name} halted: the others did not deliver every event")
         halted.refusing = False
