@@ -36,6 +36,7 @@ from kdsync.kafka.errors import (
     RecordTooLarge,
 )
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
+from kdsync.kafka.produce_pacing import BATCH_BYTES, FLUSH_BYTES, LINGER_MS, RECORD_OVERHEAD
 from kdsync.ordering import Delivery, LedgerState
 from kdsync.ordering.events import Header
 from kdsync.record_format import global_headers, global_partition, origin_headers
@@ -90,7 +91,8 @@ class GlobalWriter:
                     "transactional.id": naming.transactional_id(group, member),
                     "enable.idempotence": True,
                     "acks": "all",
-                    "linger.ms": 5,
+                    "linger.ms": LINGER_MS,
+                    "batch.size": BATCH_BYTES,
                     "message.max.bytes": 64 * 1024 * 1024,
                     "transaction.timeout.ms": 120_000,
                     "client.id": f"kdsync-{group}-{member}-global",
@@ -167,6 +169,7 @@ class GlobalWriter:
             # Everything shared by a delivery (one origin partition) is made once.
             produce = producer.produce
             on_delivery = self._on_delivery
+            queued: dict[int, int] = {}  # T-global partition -> bytes since the last flush
             for delivery in deliveries:
                 where = delivery.origin_partition
                 if not delivery.events or where is None:
@@ -175,8 +178,16 @@ class GlobalWriter:
                 topic, partitions = targets[source_topic]
                 partition = global_partition(source_partition, partitions)
                 shared = origin_headers(origin, source_topic, source_partition)
+                held = queued.get(partition, 0)
                 for delivered in delivery.events:
                     event = delivered.event
+                    # One batch per partition at a time (kdsync.kafka.produce_pacing).
+                    size = RECORD_OVERHEAD + len(event.value or b"") + len(event.key or b"")
+                    held += size
+                    if held > FLUSH_BYTES and held > size:
+                        self._wait_for_batches()
+                        queued.clear()
+                        held = size
                     headers = global_headers(event, delivered.seq, shared)
                     try:
                         # Timestamp 0 means "now" to the client; the record format says so.
@@ -193,6 +204,7 @@ class GlobalWriter:
                         self._produce(
                             topic, partition, event.key, event.value, headers, event.timestamp_ms
                         )
+                queued[partition] = held
                 events += len(delivery.events)
             self._produce(self._ledger_topic, 0, LEDGER_KEY, encode_ledger_state(ledger), None, 0)
             self._commit()
@@ -299,6 +311,16 @@ class GlobalWriter:
                     size += sum(len(n) + len(v or b"") for n, v in headers or ())
                     raise RecordTooLarge(topic, size, "over the producer's limit") from exc
                 raise
+
+    def _wait_for_batches(self) -> None:
+        """Wait until every record produced so far is acknowledged (within a transaction)."""
+        remaining = self._producer.flush(self._timeout)
+        if remaining:
+            self._abort()
+            raise KafkaUnavailable(
+                f"a transaction to T-global was aborted: {remaining} record(s) were still "
+                f"unacknowledged after {self._timeout:.0f}s"
+            )
 
     def _commit(self) -> None:
         """``commit_transaction``, called again while librdkafka says the same call may be

@@ -27,6 +27,7 @@ from kdsync import naming
 from kdsync.kafka.client_config import admin_config, client_config
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer
+from kdsync.kafka.produce_pacing import BATCH_BYTES, FLUSH_BYTES, LINGER_MS, RECORD_OVERHEAD
 from kdsync.ordering import Entry, HardState
 from kdsync.wire_format.records import (
     decode_entry,
@@ -60,7 +61,8 @@ class LogStore:
                 **{
                     "enable.idempotence": True,
                     "acks": "all",
-                    "linger.ms": 1,
+                    "linger.ms": LINGER_MS,  # persist() flushes: sent at once
+                    "batch.size": BATCH_BYTES,
                     "message.max.bytes": 64 * 1024 * 1024,
                     "client.id": f"kdsync-{group}-{member}-log",
                 },
@@ -137,8 +139,15 @@ class LogStore:
             self._hard_state = hard_state
         if truncate_from is not None and not entries:
             self._produce(TRUNCATE_KEY, str(truncate_from).encode(), None)
+        queued = 0
         for entry in entries:
-            self._produce(ENTRY_KEY, encode_entry(entry), entry.index)
+            value = encode_entry(entry)
+            if queued and queued + len(value) > FLUSH_BYTES:
+                # One batch at a time (kdsync.kafka.produce_pacing); order is kept.
+                self._flush()
+                queued = 0
+            self._produce(ENTRY_KEY, value, entry.index)
+            queued += RECORD_OVERHEAD + len(value)
         self._flush()
 
     def _produce(self, key: bytes, value: bytes, index: int | None) -> None:
