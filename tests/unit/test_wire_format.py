@@ -570,3 +570,28 @@ def test_encoding_something_else_is_a_type_error() -> None:
 def test_tags_are_distinct_bytes() -> None:
     assert encode_message(EDGE_MESSAGES[5])[1] == TAG_APPEND
     assert encode_entry(EDGE_ENTRIES[0])[1] == TAG_ENTRY
+
+
+def test_a_decoded_batch_knows_its_size_as_if_it_had_counted_its_events() -> None:
+    # take_batch sums size_bytes while decoding; the bounds on memory count by it, so it
+    # must equal what a batch built from the same events counts (multi-byte header names
+    # included).
+    rng = random.Random(20261126)
+    entries = [*EDGE_ENTRIES, *(random_entry(rng) for _ in range(300))]
+    checked = 0
+    for entry in entries:
+        decoded = decode_entry(encode_entry(entry)).batch
+        if decoded is None:
+            continue
+        fresh = OriginBatch(
+            decoded.origin,
+            decoded.topic,
+            decoded.partition,
+            decoded.start,
+            decoded.end,
+            decoded.opens,
+            decoded.events,
+        )
+        assert decoded.size_bytes() == fresh.size_bytes()
+        checked += 1
+    assert checked > 100

@@ -122,14 +122,17 @@ def take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
     header_size = _HEADER.size
     events: list[SourceEvent] = []
     append = events.append
+    size = 0  # OriginBatch.size_bytes, summed here rather than in a second pass
     for _ in range(count):
         offset, timestamp_ms, key_len, value_len, header_count = unpack_event(data, pos)
         pos += event_size
+        size += 24
         key: bytes | None
         value: bytes | None
         if key_len >= 0:
             key = data[pos : pos + key_len]
             pos += key_len
+            size += key_len
         elif key_len == -1:
             key = None
         else:
@@ -137,6 +140,7 @@ def take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
         if value_len >= 0:
             value = data[pos : pos + value_len]
             pos += value_len
+            size += value_len
         elif value_len == -1:
             value = None
         else:
@@ -149,9 +153,11 @@ def take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
                 pos += header_size
                 name = data[pos : pos + name_len].decode()
                 pos += name_len
+                size += len(name)
                 if header_len >= 0:
                     header_list.append((name, data[pos : pos + header_len]))
                     pos += header_len
+                    size += header_len
                 elif header_len == -1:
                     header_list.append((name, None))
                 else:
@@ -161,6 +167,7 @@ def take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
     batch = OriginBatch(origin, topic, partition, start, end, bool(opens), tuple(events))
     # Sending or storing this batch again re-uses these bytes instead of re-encoding.
     object.__setattr__(batch, "_encoded", bytes(data[first:pos]))
+    object.__setattr__(batch, "_size", size)
     return batch, pos
 
 
