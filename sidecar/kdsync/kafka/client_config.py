@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from kdsync.kafka.errors import InvalidClientProperties
+from kdsync.kafka.produce_pacing import PACED_PRODUCER
 
 # "... failed: Connection refused (after 0ms in state CONNECT)": the attempt's timing
 # differs between otherwise identical lines.
@@ -102,7 +103,7 @@ def check_client_properties(properties: Mapping[str, str]) -> None:
     user = {k: v for k, v in properties.items() if k != "bootstrap.servers"}
     quiet = {"log_level": 0, "logger": LIBRDKAFKA_LOG}
     for build in (
-        lambda: Producer({**user, **quiet}),
+        lambda: Producer({**user, **PACED_PRODUCER, **quiet}),
         lambda: Consumer({**user, **quiet, "group.id": "kdsync-property-check"}),
     ):
         try:

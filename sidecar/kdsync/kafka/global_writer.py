@@ -36,7 +36,13 @@ from kdsync.kafka.errors import (
     RecordTooLarge,
 )
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
-from kdsync.kafka.produce_pacing import BATCH_BYTES, FLUSH_BYTES, LINGER_MS, RECORD_OVERHEAD
+from kdsync.kafka.produce_pacing import (
+    BATCH_BYTES,
+    FLUSH_BYTES,
+    LINGER_MS,
+    fixed_record_bytes,
+    header_bytes,
+)
 from kdsync.ordering import Delivery, LedgerState
 from kdsync.ordering.events import Header
 from kdsync.record_format import global_headers, global_partition, origin_headers
@@ -169,7 +175,8 @@ class GlobalWriter:
             # Everything shared by a delivery (one origin partition) is made once.
             produce = producer.produce
             on_delivery = self._on_delivery
-            queued: dict[int, int] = {}  # T-global partition -> bytes since the last flush
+            # (T-global, partition) -> bytes produced to it since the last flush, about
+            queued: dict[tuple[str, int], int] = {}
             for delivery in deliveries:
                 where = delivery.origin_partition
                 if not delivery.events or where is None:
@@ -178,11 +185,14 @@ class GlobalWriter:
                 topic, partitions = targets[source_topic]
                 partition = global_partition(source_partition, partitions)
                 shared = origin_headers(origin, source_topic, source_partition)
-                held = queued.get(partition, 0)
+                fixed = fixed_record_bytes(shared)
+                held = queued.get((topic, partition), 0)
                 for delivered in delivery.events:
                     event = delivered.event
                     # One batch per partition at a time (kdsync.kafka.produce_pacing).
-                    size = RECORD_OVERHEAD + len(event.value or b"") + len(event.key or b"")
+                    size = fixed + len(event.value or b"") + len(event.key or b"")
+                    if event.headers:
+                        size += header_bytes(event.headers)
                     held += size
                     if held > FLUSH_BYTES and held > size:
                         self._wait_for_batches()
@@ -204,7 +214,7 @@ class GlobalWriter:
                         self._produce(
                             topic, partition, event.key, event.value, headers, event.timestamp_ms
                         )
-                queued[partition] = held
+                queued[(topic, partition)] = held
                 events += len(delivery.events)
             self._produce(self._ledger_topic, 0, LEDGER_KEY, encode_ledger_state(ledger), None, 0)
             self._commit()
@@ -303,7 +313,8 @@ class GlobalWriter:
                 )
                 return
             except BufferError:
-                self._producer.poll(0.05)
+                # flush, not poll: with the long linger a half-full batch would wait.
+                self._producer.flush(0.05)
             except KafkaException as exc:
                 error = _kafka_error(exc)
                 if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
@@ -313,13 +324,16 @@ class GlobalWriter:
                 raise
 
     def _wait_for_batches(self) -> None:
-        """Wait until every record produced so far is acknowledged (within a transaction)."""
+        """Wait until every record produced so far is acknowledged (within a transaction).
+        Records still unacknowledged fail the transaction like a failed commit (``_fail``:
+        aborted, with the records' own errors if they had any)."""
         remaining = self._producer.flush(self._timeout)
         if remaining:
-            self._abort()
-            raise KafkaUnavailable(
-                f"a transaction to T-global was aborted: {remaining} record(s) were still "
-                f"unacknowledged after {self._timeout:.0f}s"
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"{remaining} record(s) still unacknowledged after {self._timeout:.0f}s",
+                )
             )
 
     def _commit(self) -> None:

@@ -27,7 +27,7 @@ from kdsync import naming
 from kdsync.kafka.client_config import admin_config, client_config
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer
-from kdsync.kafka.produce_pacing import BATCH_BYTES, FLUSH_BYTES, LINGER_MS, RECORD_OVERHEAD
+from kdsync.kafka.produce_pacing import BATCH_BYTES, FLUSH_BYTES, LINGER_MS, RECORD_FRAMING
 from kdsync.ordering import Entry, HardState
 from kdsync.wire_format.records import (
     decode_entry,
@@ -147,7 +147,7 @@ class LogStore:
                 self._flush()
                 queued = 0
             self._produce(ENTRY_KEY, value, entry.index)
-            queued += RECORD_OVERHEAD + len(value)
+            queued += RECORD_FRAMING + len(ENTRY_KEY) + len(value)
         self._flush()
 
     def _produce(self, key: bytes, value: bytes, index: int | None) -> None:
@@ -169,7 +169,8 @@ class LogStore:
                 )
                 return
             except BufferError:
-                self._producer.poll(0.05)
+                # flush, not poll: with the long linger a half-full batch would wait.
+                self._producer.flush(0.05)
 
     def _flush(self) -> None:
         remaining = self._producer.flush(60.0)

@@ -18,11 +18,35 @@ linger says.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from kdsync.record_format import OFFSET_HEADER, SEQ_HEADER, OriginHeaders
+
 # librdkafka's default batch.size, set explicitly so FLUSH_BYTES stays below it.
 BATCH_BYTES = 1_000_000
-# Below BATCH_BYTES by what the writers' estimate leaves out (user headers, framing).
+# Below BATCH_BYTES by what the writers' estimate leaves out (a batch's own framing,
+# multi-byte header names).
 FLUSH_BYTES = 900_000
 LINGER_MS = 1_000
-# A record's size is estimated as key + value + this: kdsync's own headers
-# (record_format.global_headers) and the record's framing, about.
-RECORD_OVERHEAD = 128
+# A record's framing in its batch, about: length, attributes, deltas, key and value
+# lengths, and each header's two lengths.
+RECORD_FRAMING = 64
+# The longest kdsync.seq / kdsync.offset values (decimal, up to 19 digits each).
+_NUMBER_HEADERS = 2 * 19
+
+# The producer settings the check of the user's Kafka properties must build with too: a
+# user's message.timeout.ms at or below LINGER_MS is refused by librdkafka.
+PACED_PRODUCER: dict[str, int] = {"linger.ms": LINGER_MS, "batch.size": BATCH_BYTES}
+
+
+def fixed_record_bytes(shared: OriginHeaders) -> int:
+    """What every ``T-global`` record of one origin partition adds to its batch besides
+    key, value and the user's headers: framing, the ``shared`` origin headers, and the
+    seq and offset headers at their longest (record_format.global_headers)."""
+    size = RECORD_FRAMING + len(SEQ_HEADER) + len(OFFSET_HEADER) + _NUMBER_HEADERS
+    return size + sum(len(name) + len(value or b"") for name, value in shared)
+
+
+def header_bytes(headers: Iterable[tuple[str, bytes | None]]) -> int:
+    """A user's headers' names and values, about (names counted in characters)."""
+    return sum(len(name) + len(value or b"") for name, value in headers)
