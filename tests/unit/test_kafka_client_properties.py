@@ -24,6 +24,9 @@ from kdsync.local_group import LocalSidecarGroup
         ({"compression.type": "zstdx"}, "zstdx"),
         ({"no.such.property": "1"}, "no.such.property"),
         ({"security.protocol": "SASL_SSSL"}, "SASL_SSSL"),
+        # The writers linger 1 s (kdsync.kafka.produce_pacing); librdkafka refuses a message
+        # timeout at or below that, so the check does too, before anything starts.
+        ({"message.timeout.ms": "1000"}, "message.timeout.ms"),
     ],
 )
 def test_refused_properties_are_named_with_a_fix(properties: dict[str, str], named: str) -> None:
