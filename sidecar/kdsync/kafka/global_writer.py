@@ -36,15 +36,9 @@ from kdsync.kafka.errors import (
     RecordTooLarge,
 )
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
-from kdsync.kafka.produce_pacing import (
-    BATCH_BYTES,
-    FLUSH_BYTES,
-    LINGER_MS,
-    fixed_record_bytes,
-    header_bytes,
-)
+from kdsync.kafka.produce_pacing import PACED_PRODUCER, fixed_record_bytes, must_flush
 from kdsync.ordering import Delivery, LedgerState
-from kdsync.ordering.events import Header
+from kdsync.ordering.events import Header, header_bytes
 from kdsync.record_format import global_headers, global_partition, origin_headers
 from kdsync.wire_format.records import decode_ledger_state, encode_ledger_state
 
@@ -97,8 +91,7 @@ class GlobalWriter:
                     "transactional.id": naming.transactional_id(group, member),
                     "enable.idempotence": True,
                     "acks": "all",
-                    "linger.ms": LINGER_MS,
-                    "batch.size": BATCH_BYTES,
+                    **PACED_PRODUCER,
                     "message.max.bytes": 64 * 1024 * 1024,
                     "transaction.timeout.ms": 120_000,
                     "client.id": f"kdsync-{group}-{member}-global",
@@ -193,11 +186,11 @@ class GlobalWriter:
                     size = fixed + len(event.value or b"") + len(event.key or b"")
                     if event.headers:
                         size += header_bytes(event.headers)
-                    held += size
-                    if held > FLUSH_BYTES and held > size:
+                    if must_flush(held, size):
                         self._wait_for_batches()
                         queued.clear()
-                        held = size
+                        held = 0
+                    held += size
                     headers = global_headers(event, delivered.seq, shared)
                     try:
                         # Timestamp 0 means "now" to the client; the record format says so.
@@ -319,7 +312,7 @@ class GlobalWriter:
                 error = _kafka_error(exc)
                 if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                     size = len(key or b"") + len(value or b"")
-                    size += sum(len(n) + len(v or b"") for n, v in headers or ())
+                    size += header_bytes(headers or ())
                     raise RecordTooLarge(topic, size, "over the producer's limit") from exc
                 raise
 

@@ -27,7 +27,7 @@ from kdsync import naming
 from kdsync.kafka.client_config import admin_config, client_config
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.partition_reader import read_to_end, reading_consumer
-from kdsync.kafka.produce_pacing import BATCH_BYTES, FLUSH_BYTES, LINGER_MS, RECORD_FRAMING
+from kdsync.kafka.produce_pacing import PACED_PRODUCER, RECORD_FRAMING, must_flush
 from kdsync.ordering import Entry, HardState
 from kdsync.wire_format.records import (
     decode_entry,
@@ -61,8 +61,7 @@ class LogStore:
                 **{
                     "enable.idempotence": True,
                     "acks": "all",
-                    "linger.ms": LINGER_MS,  # persist() flushes: sent at once
-                    "batch.size": BATCH_BYTES,
+                    **PACED_PRODUCER,  # persist() flushes: sent at once
                     "message.max.bytes": 64 * 1024 * 1024,
                     "client.id": f"kdsync-{group}-{member}-log",
                 },
@@ -142,12 +141,13 @@ class LogStore:
         queued = 0
         for entry in entries:
             value = encode_entry(entry)
-            if queued and queued + len(value) > FLUSH_BYTES:
+            size = RECORD_FRAMING + len(ENTRY_KEY) + len(value)
+            if must_flush(queued, size):
                 # One batch at a time (kdsync.kafka.produce_pacing); order is kept.
                 self._flush()
                 queued = 0
             self._produce(ENTRY_KEY, value, entry.index)
-            queued += RECORD_FRAMING + len(ENTRY_KEY) + len(value)
+            queued += size
         self._flush()
 
     def _produce(self, key: bytes, value: bytes, index: int | None) -> None:

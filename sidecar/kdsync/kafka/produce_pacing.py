@@ -18,8 +18,6 @@ linger says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from kdsync.record_format import OFFSET_HEADER, SEQ_HEADER, OriginHeaders
 
 # librdkafka's default batch.size, set explicitly so FLUSH_BYTES stays below it.
@@ -47,6 +45,7 @@ def fixed_record_bytes(shared: OriginHeaders) -> int:
     return size + sum(len(name) + len(value or b"") for name, value in shared)
 
 
-def header_bytes(headers: Iterable[tuple[str, bytes | None]]) -> int:
-    """A user's headers' names and values, about (names counted in characters)."""
-    return sum(len(name) + len(value or b"") for name, value in headers)
+def must_flush(queued: int, size: int) -> bool:
+    """Whether a record of ``size`` bytes waits for a flush of the ``queued`` bytes already
+    produced to its partition (never when nothing is queued: a large record goes alone)."""
+    return queued > 0 and queued + size > FLUSH_BYTES

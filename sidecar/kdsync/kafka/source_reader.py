@@ -29,6 +29,7 @@ from kdsync import naming
 from kdsync.kafka.client_config import client_config
 from kdsync.kafka.topics import ClusterTopics
 from kdsync.ordering import OriginBatch, SourceEvent
+from kdsync.ordering.events import EVENT_OVERHEAD_BYTES, header_bytes
 
 log = logging.getLogger(__name__)
 
@@ -373,9 +374,9 @@ class SourceReader:
         chunk: list[SourceEvent] = []
         size = 0
         for event in events:
-            event_size = 24 + len(event.key or b"") + len(event.value or b"")
+            event_size = EVENT_OVERHEAD_BYTES + len(event.key or b"") + len(event.value or b"")
             if event_size > _LARGE_EVENT_BYTES:  # rare: only large events count headers
-                event_size += sum(len(name) + len(value or b"") for name, value in event.headers)
+                event_size += header_bytes(event.headers)
                 if event_size > MAX_EVENT_BYTES:
                     if chunk:
                         position = self._put(topic, partition, position, chunk)

@@ -8,11 +8,21 @@ holes (transaction markers, compaction).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 Header = tuple[str, bytes | None]
 OriginPartition = tuple[str, str, int]  # (origin member, topic, partition)
+
+# What OriginBatch.size_bytes counts for an event besides its key, value and headers
+# (offset, timestamp, the tuple), about.
+EVENT_OVERHEAD_BYTES = 24
+
+
+def header_bytes(headers: Iterable[Header]) -> int:
+    """Headers' names (in characters) and values, as OriginBatch.size_bytes counts them."""
+    return sum(len(name) + len(value or b"") for name, value in headers)
 
 
 # Events are tuples, not frozen dataclasses: millions are made per minute on the hot path
@@ -61,9 +71,9 @@ class OriginBatch:
             return self._size
         size = 0
         for event in self.events:
-            size += 24 + len(event.key or b"") + len(event.value or b"")
-            for name, value in event.headers:
-                size += len(name) + len(value or b"")
+            size += EVENT_OVERHEAD_BYTES + len(event.key or b"") + len(event.value or b"")
+            if event.headers:
+                size += header_bytes(event.headers)
         object.__setattr__(self, "_size", size)
         return size
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 
-from kdsync.ordering.events import Header, OriginBatch, SourceEvent
+from kdsync.ordering.events import EVENT_OVERHEAD_BYTES, Header, OriginBatch, SourceEvent
 from kdsync.ordering.log import Entry
 from kdsync.wire_format.envelope import bad_flag, bad_length
 
@@ -126,7 +126,7 @@ def take_batch(data: bytes, pos: int) -> tuple[OriginBatch, int]:
     for _ in range(count):
         offset, timestamp_ms, key_len, value_len, header_count = unpack_event(data, pos)
         pos += event_size
-        size += 24
+        size += EVENT_OVERHEAD_BYTES
         key: bytes | None
         value: bytes | None
         if key_len >= 0:
