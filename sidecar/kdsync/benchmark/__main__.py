@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kdsync.benchmark.machine import describe_machine, load_average
+from kdsync.benchmark.medians import result_document
 from kdsync.benchmark.report import render
 from kdsync.benchmark.runner import (
     SYSTEM_KINDS,
@@ -67,6 +68,16 @@ def _ints(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected positive numbers like 2,3,5")
     return values
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive whole number")
+    return value
 
 
 def _systems(text: str) -> tuple[str, ...]:
@@ -151,6 +162,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="which to run (default kdsync,MM2-EOS,MM2,ceiling)",
     )
     parser.add_argument(
+        "--repeat",
+        type=_positive,
+        default=defaults.repeat,
+        metavar="N",
+        help="measure every system N times, in rounds (each round every system once, "
+        "in the same order); the table shows each figure's median over the rounds that "
+        "delivered everything, and the spread of deliveries/s (default 1)",
+    )
+    parser.add_argument(
         "--scale",
         type=float,
         default=1.0,
@@ -197,6 +217,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         "ceiling_mb": args.ceiling_mb,
         "mm2_tasks": args.mm2_tasks,
         "systems": args.systems,
+        "repeat": args.repeat,
     }
     if args.quick:
         values.update(QUICK)
@@ -257,10 +278,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(render(result))
             if args.markdown:
                 args.markdown.write_text(render(result, markdown=True))
-            document = result.to_json()
-            failed = [s.label for s in result.systems if s.error] + (
-                ["ceiling"] if result.ceiling_error else []
-            )
+            document = result_document(result)
+            in_round = settings.repeat > 1
+            failed = [
+                f"{s.label}-{s.members}" + (f" (round {s.round})" if in_round else "")
+                for s in result.systems
+                if s.error
+            ] + (["ceiling"] if result.ceiling_error else [])
             if failed:
                 say(f"failed: {', '.join(failed)}")
                 exit_code = 1

@@ -5,6 +5,11 @@ also proves every flow works end to end), then for each event size a throughput 
 latency phases at fixed fractions of the throughput just measured; read each process's
 peak memory, stop it, and delete every topic the run created, so the next system starts
 on clean brokers. The ceiling (Kafka's perf tools) runs last.
+
+That is one round. ``repeat`` rounds run one after another, each measuring every system
+afresh in the same order (round 1: every system; round 2: every system; ...), so a drift
+of the machine hits every system alike; :mod:`.medians` reduces the rounds to one figure
+each. Every round's raw figures are kept (``SystemRun.round``, ``CeilingRound.round``).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class BenchSettings:
     systems: tuple[str, ...] = (*SYSTEM_KINDS, "ceiling")
     start_timeout: float = 300.0
     phase_deadline: float = 300.0
+    repeat: int = 1  # rounds: every system measured this many times, interleaved
 
     def cluster_count(self) -> int:
         wanted = [self.ceiling_members] if "ceiling" in self.systems else []
@@ -71,6 +77,7 @@ class SystemRun:
     memory: dict[str, dict[str, int]] = field(default_factory=dict)  # process -> bytes
     error: str | None = None
     seconds: float = 0.0
+    round: int = 1  # of BenchSettings.repeat
 
     def phase(
         self, kind: str, event_bytes: int, fraction: float | None = None
@@ -97,14 +104,28 @@ class SystemRun:
             "memory": self.memory,
             "error": self.error,
             "seconds": self.seconds,
+            "round": self.round,
         }
+
+
+@dataclass(frozen=True)
+class CeilingRound(CeilingResult):
+    """The ceiling at one size, measured in one round."""
+
+    round: int = 1
+
+    @classmethod
+    def of(cls, ceiling: CeilingResult, round_number: int) -> CeilingRound:
+        return cls(
+            ceiling.event_bytes, ceiling.clusters, ceiling.produce, ceiling.consume, round_number
+        )
 
 
 @dataclass
 class BenchResult:
     settings: BenchSettings
-    systems: list[SystemRun] = field(default_factory=list)
-    ceilings: list[CeilingResult] = field(default_factory=list)
+    systems: list[SystemRun] = field(default_factory=list)  # every round's, in run order
+    ceilings: list[CeilingRound] = field(default_factory=list)
     ceiling_error: str | None = None
     broker_memory: dict[str, dict[str, int]] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
@@ -112,11 +133,15 @@ class BenchResult:
     started_at: float = 0.0
     seconds: float = 0.0
 
-    def system(self, label: str, members: int) -> SystemRun | None:
-        return next((s for s in self.systems if s.label == label and s.members == members), None)
+    def measured(self) -> list[tuple[str, int]]:
+        """Every (system, members) measured, in the order of the first round."""
+        return list(dict.fromkeys((s.label, s.members) for s in self.systems))
 
-    def ceiling(self, event_bytes: int) -> CeilingResult | None:
-        return next((c for c in self.ceilings if c.event_bytes == event_bytes), None)
+    def rounds_of(self, label: str, members: int) -> list[SystemRun]:
+        return [s for s in self.systems if s.label == label and s.members == members]
+
+    def ceilings_at(self, event_bytes: int) -> list[CeilingRound]:
+        return [c for c in self.ceilings if c.event_bytes == event_bytes]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -249,6 +274,57 @@ def _cleanup_topics(clusters: Mapping[str, str], before: Mapping[str, set[str]])
         delete_topics(bootstrap, [t for t in created if not t.startswith("__")])
 
 
+def _new_system(
+    label: str, clusters: Mapping[str, str], system_dir: Path, settings: BenchSettings
+) -> ReplicationSystem:
+    topic = f"bench-{label.lower()}-{len(clusters)}-{secrets.token_hex(3)}"
+    if label == KDSYNC:
+        return KdsyncSystem(clusters, system_dir, topic, settings.partitions)
+    return MirrorMakerSystem(
+        clusters, system_dir, topic, settings.partitions,
+        exactly_once=label == MM2_EOS, tasks_max=settings.mm2_tasks,
+    )  # fmt: skip
+
+
+def _measure_ceiling(
+    result: BenchResult,
+    clusters: Mapping[str, str],
+    kafka: KafkaDistribution,
+    run_dir: Path,
+    round_number: int,
+    progress: Progress,
+) -> None:
+    settings = result.settings
+    in_round = f"round {round_number}: " if settings.repeat > 1 else ""
+    for size in settings.sizes:
+        records = max(1000, int(settings.ceiling_mb * 1e6 / size))
+        progress(f"ceiling, {size} B: ProducerPerformance/ConsumerPerformance x {len(clusters)}")
+        try:
+            ceiling = run_ceiling(clusters, kafka, size, records, settings.partitions, run_dir)
+        except Exception as exc:
+            result.ceiling_error = f"{in_round}{type(exc).__name__}: {exc}"
+            progress(f"  ceiling failed: {result.ceiling_error}")
+            continue
+        result.ceilings.append(CeilingRound.of(ceiling, round_number))
+        progress(
+            f"  produce {ceiling.produce_per_s:,.0f}/s, consume {ceiling.consume_per_s:,.0f}/s"
+        )
+
+
+def _round_summary(result: BenchResult, round_number: int) -> str:
+    """One line per round: each system's throughput at each size ("-" if incomplete)."""
+    figures = []
+    for run in (s for s in result.systems if s.round == round_number):
+        for size in result.settings.sizes:
+            phase = run.phase("throughput", size)
+            rate = phase.deliveries_per_s if phase is not None and phase.complete else None
+            figures.append(
+                f"{run.label}-{run.members} {size} B "
+                + (f"{rate:,.0f}/s" if rate is not None else "-")
+            )
+    return ", ".join(figures)
+
+
 def run_benchmark(
     settings: BenchSettings,
     clusters: Mapping[str, str],
@@ -259,10 +335,14 @@ def run_benchmark(
 ) -> BenchResult:
     """Measure every selected system on ``clusters`` (name -> bootstrap, in order).
 
-    ``brokers``: name -> pid of each cluster's broker JVM, measured separately.
+    ``brokers``: name -> pid of each cluster's broker JVM, measured separately. With
+    ``settings.repeat`` above 1, every system (the ceiling too) is measured once per round,
+    started afresh and warmed up each time, in the same order in every round.
     """
     if len(clusters) < settings.cluster_count():
         raise ValueError(f"{settings.cluster_count()} clusters needed, {len(clusters)} given")
+    if settings.repeat < 1:
+        raise ValueError(f"repeat must be at least 1, not {settings.repeat}")
     result = BenchResult(settings, started_at=time.time())
     names = list(clusters)
     plan: list[tuple[str, int]] = []
@@ -271,40 +351,31 @@ def run_benchmark(
     for label in (MM2_EOS, MM2):
         if label in settings.systems:
             plan += [(label, n) for n in settings.mm2_members]
-    for label, members in plan:
-        chosen = {n: clusters[n] for n in names[:members]}
-        topic = f"bench-{label.lower()}-{members}-{secrets.token_hex(3)}"
-        system_dir = work_dir / f"{label.lower()}-{members}"
-        before = {n: list_topics(b) for n, b in chosen.items()}
-        system: ReplicationSystem
-        if label == KDSYNC:
-            system = KdsyncSystem(chosen, system_dir, topic, settings.partitions)
-        else:
-            system = MirrorMakerSystem(
-                chosen, system_dir, topic, settings.partitions,
-                exactly_once=label == MM2_EOS, tasks_max=settings.mm2_tasks,
-            )  # fmt: skip
-        chosen_brokers = {n: brokers[n] for n in chosen if n in brokers}
-        result.systems.append(
-            measure_system(system, settings, chosen_brokers, system_dir, progress)
-        )
-        _cleanup_topics(chosen, before)
-    if "ceiling" in settings.systems:
-        chosen = {n: clusters[n] for n in names[: settings.ceiling_members]}
-        for size in settings.sizes:
-            records = max(1000, int(settings.ceiling_mb * 1e6 / size))
-            progress(f"ceiling, {size} B: ProducerPerformance/ConsumerPerformance x {len(chosen)}")
-            try:
-                ceiling = run_ceiling(
-                    chosen, kafka, size, records, settings.partitions, work_dir / "ceiling"
-                )
-            except Exception as exc:
-                result.ceiling_error = f"{type(exc).__name__}: {exc}"
-                progress(f"  ceiling failed: {result.ceiling_error}")
-                continue
-            result.ceilings.append(ceiling)
+    for round_number in range(1, settings.repeat + 1):
+        # One folder per system (and per round, when there are several).
+        suffix = f"-round{round_number}" if settings.repeat > 1 else ""
+        round_started = time.monotonic()
+        if settings.repeat > 1:
+            progress(f"round {round_number} of {settings.repeat}")
+        for label, members in plan:
+            chosen = {n: clusters[n] for n in names[:members]}
+            system_dir = work_dir / f"{label.lower()}-{members}{suffix}"
+            before = {n: list_topics(b) for n, b in chosen.items()}
+            system = _new_system(label, chosen, system_dir, settings)
+            chosen_brokers = {n: brokers[n] for n in chosen if n in brokers}
+            run = measure_system(system, settings, chosen_brokers, system_dir, progress)
+            run.round = round_number
+            result.systems.append(run)
+            _cleanup_topics(chosen, before)
+        if "ceiling" in settings.systems:
+            chosen = {n: clusters[n] for n in names[: settings.ceiling_members]}
+            ceiling_dir = work_dir / f"ceiling{suffix}"
+            _measure_ceiling(result, chosen, kafka, ceiling_dir, round_number, progress)
+        if settings.repeat > 1:
+            minutes = (time.monotonic() - round_started) / 60
             progress(
-                f"  produce {ceiling.produce_per_s:,.0f}/s, consume {ceiling.consume_per_s:,.0f}/s"
+                f"round {round_number} of {settings.repeat} done in {minutes:.1f} min: "
+                f"{_round_summary(result, round_number) or 'no system measured'}"
             )
     result.broker_memory = _memory_of({f"broker {n}": p for n, p in brokers.items()})
     result.seconds = time.time() - result.started_at
@@ -320,7 +391,12 @@ def _phase_from_json(data: Mapping[str, Any]) -> PhaseResult:
 
 
 def result_from_json(data: Mapping[str, Any]) -> BenchResult:
-    """A saved run (the JSON ``hack/bench-replication`` writes), to render it again."""
+    """A saved run (the JSON ``hack/bench-replication`` writes), to render it again.
+
+    Reads files written before ``--repeat`` too: one round, no ``repeat`` setting. The
+    medians a file holds are derived data and not read back: :mod:`.medians` recomputes
+    them from the rounds.
+    """
     saved: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in data["settings"].items()
     }
@@ -342,15 +418,17 @@ def result_from_json(data: Mapping[str, Any]) -> BenchResult:
             system["memory"],
             system["error"],
             system["seconds"],
+            system.get("round", 1),  # files written before --repeat: one round
         )
         result.systems.append(run)
     for ceiling in data["ceilings"]:
         result.ceilings.append(
-            CeilingResult(
+            CeilingRound(
                 ceiling["event_bytes"],
                 ceiling["clusters"],
                 [ToolRun(**r) for r in ceiling["produce"]],
                 [ToolRun(**r) for r in ceiling["consume"]],
+                ceiling.get("round", 1),
             )
         )
     return result

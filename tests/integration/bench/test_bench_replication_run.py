@@ -2,19 +2,29 @@
 
 No timing assertions: only that every system ran, each delivered every event to every
 other cluster (exactly once where the system promises it), and the result is complete
-and renders.
+and renders; and that ``--repeat`` measures every round and reports their medians (kdsync
+alone, one size: two rounds of about 10 s).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
 from kdsync.benchmark.__main__ import QUICK
+from kdsync.benchmark.medians import medians_at, result_document
 from kdsync.benchmark.report import render
-from kdsync.benchmark.runner import KDSYNC, MM2, MM2_EOS, BenchSettings, run_benchmark
+from kdsync.benchmark.runner import (
+    KDSYNC,
+    MM2,
+    MM2_EOS,
+    BenchSettings,
+    result_from_json,
+    run_benchmark,
+)
 from kdsync.benchmark.systems import MirrorMakerNotProvisioned, find_mirrormaker
 from kdsync.localkafka import KafkaDistribution, LocalKafkaFleet
 
@@ -69,7 +79,40 @@ def test_every_system_delivers_everything_and_the_result_is_complete(
         assert ceiling.produce_per_s > 0 and ceiling.consume_per_s > 0
         assert all(run.records > 0 and run.cpu_seconds > 0 for run in ceiling.produce)
 
-    document = json.loads(json.dumps(result.to_json()))
+    document = json.loads(json.dumps(result_document(result)))
     assert {s["label"] for s in document["systems"]} == {KDSYNC, MM2_EOS, MM2}
     table = render(result)
     assert "exactly once" in table and "FAILED" not in table and "MISSING" not in table
+
+
+def test_repeated_rounds_are_each_measured_and_reported_as_medians(
+    kafka_fleet: LocalKafkaFleet, kafka_distribution: KafkaDistribution, tmp_path: Path
+) -> None:
+    settings = BenchSettings(**{**QUICK, "sizes": (100,), "systems": (KDSYNC,), "repeat": 2})
+    clusters = kafka_fleet.bootstrap_servers()
+    said: list[str] = []
+    result = run_benchmark(
+        settings, clusters, kafka_fleet.pids(), kafka_distribution, tmp_path, said.append
+    )
+
+    assert [(s.label, s.members, s.round) for s in result.systems] == [
+        (KDSYNC, 2, 1),
+        (KDSYNC, 2, 2),
+    ]
+    rates = []
+    for run in result.systems:
+        assert run.error is None, f"round {run.round}: {run.error}"
+        throughput = run.phase("throughput", 100)
+        assert throughput is not None and throughput.complete and throughput.deliveries_per_s
+        rates.append(throughput.deliveries_per_s)
+    assert "round 2 of 2" in said
+    (medians,) = medians_at(result, 100)
+    assert (medians.rounds, medians.counted) == (2, 2)
+    assert medians.deliveries_per_s == statistics.median(rates)
+    assert all(m.counted == 2 for m in medians.latency)
+
+    document = json.loads(json.dumps(result_document(result)))
+    assert [s["round"] for s in document["systems"]] == [1, 2]
+    table = render(result)
+    assert "(medians of 2 rounds)" in table and "exactly once" in table
+    assert render(result_from_json(document)) == table
