@@ -187,7 +187,8 @@ def sidecar_config(
 ) -> tuple[Obj, list[SpecProblem]]:
     """The config file (as data) for ``member``'s sidecar, and problems resolving it.
 
-    Every member's config is the same except ``member``.
+    Every member's config is the same except ``member`` and ``transport`` (a member may
+    override the group's transport, e.g. a node pool without RDMA NICs).
     """
     problems: list[SpecProblem] = []
     spec = group.spec
@@ -213,6 +214,8 @@ def sidecar_config(
         "listen": f"0.0.0.0:{PEER_PORT}",
         "http": f"0.0.0.0:{HTTP_PORT}",
     }
+    if spec.transport_of(spec.member(member)).type == "rdma":
+        config["transport"] = {"type": "rdma"}
     ordering = spec.ordering.as_config()
     if ordering:
         config["ordering"] = ordering

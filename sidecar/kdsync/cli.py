@@ -78,10 +78,27 @@ def _check(args: argparse.Namespace) -> int:
         except InvalidClientProperties as exc:
             print(f"{args.config}: {exc}", file=sys.stderr)
             return 2
+    rdma = config.rdma_settings()
+    transport = "tcp"
+    if rdma is not None:
+        # The device must open here as it will at start (pyverbs loads only for this).
+        from kdsync.transport.rdma import RdmaUnavailable  # noqa: PLC0415
+        from kdsync.transport.rdma.links import open_pyverbs_device  # noqa: PLC0415
+
+        try:
+            device = open_pyverbs_device(rdma)
+        except RdmaUnavailable as exc:
+            if not rdma.fallback_to_tcp:
+                print(f"{args.config}: transport.type is rdma, but {exc}", file=sys.stderr)
+                return 2
+            transport = f"rdma unavailable, so tcp (fallbackToTcp): {exc}"
+        else:
+            transport = f"rdma on {device.description}"
+            device.close()
     role = "witness" if config.is_witness else "data member"
     print(
         f"{args.config}: valid; group {config.group}, {role} {config.member}, "
-        f"{len(config.members)} members"
+        f"{len(config.members)} members; peer links: {transport}"
     )
     return 0
 

@@ -57,10 +57,12 @@ class LocalSidecarGroup:
         peer_routes: Mapping[str, Mapping[str, str]] | None = None,
         kafka_properties: Mapping[str, Mapping[str, str]] | None = None,
         group_offset_sync: Mapping[str, Any] | None = None,
+        transport: Mapping[str, Any] | None = None,
     ) -> None:
         """``clusters``: data member name -> bootstrap servers of its Kafka cluster;
         ``kafka_properties``: data member -> its ``kafka.properties`` (e.g. SASL_SSL);
-        ``group_offset_sync``: every member's ``groupOffsetSync`` section.
+        ``group_offset_sync``: every member's ``groupOffsetSync`` section; ``transport``
+        every member's ``transport`` section (e.g. ``{"type": "rdma"}``).
 
         ``peer_routes`` (member -> other member -> address) makes each member dial the others
         at those addresses (proxies, in the fault campaigns) while it listens on its own
@@ -113,6 +115,8 @@ class LocalSidecarGroup:
             }
             if group_offset_sync:
                 config["groupOffsetSync"] = dict(group_offset_sync)
+            if transport:
+                config["transport"] = dict(transport)
             peer = f"127.0.0.1:{ports[2 * i]}"
             if routes:
                 config["listen"] = peer

@@ -142,6 +142,19 @@ def test_three_member_config_loads(tmp_path: Path, tls_dir: Path) -> None:
         ca_cert=tls_dir / "ca.pem", cert=tls_dir / "cert.pem", key=tls_dir / "key.pem"
     )
     assert not transport.insecure
+    assert config.rdma_settings() is None  # TCP unless the config says rdma
+
+
+def test_rdma_transport_settings_load(tmp_path: Path, tls_dir: Path) -> None:
+    data = three_members(tls_dir)
+    data["transport"] = {"type": "rdma", "rdma": {"device": "mlx5_0", "fallbackToTcp": True}}
+    config = load_config(write(tmp_path, data))
+    settings = config.rdma_settings()
+    assert settings is not None
+    assert (settings.device, settings.port, settings.gid_index) == ("mlx5_0", 1, None)
+    assert settings.fallback_to_tcp
+    # Two peers, 16 receive and 8 send buffers of 64 KiB each per link.
+    assert settings.pinned_bytes(2) == 2 * 24 * 64 * 1024
 
 
 def test_two_members_and_a_witness_load(tmp_path: Path) -> None:
@@ -365,6 +378,17 @@ MISTAKES: dict[str, tuple[Callable[[Data], None], str, str]] = {
         "did you mean `witness`?",
     ),
     "string instead of list": (_set("topics.names", "orders"), "topics.names", "a list"),
+    "unknown transport": (_set("transport", {"type": "infiniband"}), "transport.type", "tcp"),
+    "typo in rdma settings": (
+        _set("transport", {"type": "rdma", "rdma": {"gidIdx": 1}}),
+        "transport.rdma.gidIdx",
+        "did you mean `gidIndex`?",
+    ),
+    "rdma buffer too small": (
+        _set("transport", {"type": "rdma", "rdma": {"bufferBytes": 100}}),
+        "transport.rdma.bufferBytes",
+        "4096",
+    ),
 }
 
 

@@ -212,6 +212,18 @@ PLANTS = {
         "import asyncio",
         "kdsync.transport.tcp_config -> asyncio",
     ),
+    "the RDMA frame stream imports the device module": Plant(
+        "rdma-layers",
+        "sidecar/kdsync/transport/rdma/stream.py",
+        "from kdsync.transport.rdma import pyverbs_device",
+        "kdsync.transport.rdma.stream -> kdsync.transport.rdma.pyverbs_device",
+    ),
+    "the RDMA device interface opens files": Plant(
+        "pure-rdma-stream",
+        "sidecar/kdsync/transport/rdma/verbs.py",
+        "import os",
+        "kdsync.transport.rdma.verbs -> os",
+    ),
     "the wire format uses asyncio": Plant(
         "pure-formats",
         "sidecar/kdsync/wire_format/batches.py",
@@ -313,8 +325,18 @@ def test_config_and_transport_settings_load_no_io_implementation() -> None:
     """The sidecar config (which the operator imports to validate what it renders) and
     the transport's addresses, identities and settings load neither asyncio nor the TCP
     and TLS implementation."""
-    banned = ("asyncio", "kdsync.transport.tcp", "kdsync.transport.tls", "kdsync.runtime")
-    probe = "assert 'kdsync.transport.tcp_config' in sys.modules, 'the rule checks nothing'\n"
+    banned = (
+        "asyncio",
+        "kdsync.transport.tcp",
+        "kdsync.transport.tls",
+        "kdsync.transport.rdma",
+        "pyverbs",
+        "kdsync.runtime",
+    )
+    probe = (
+        "assert 'kdsync.transport.tcp_config' in sys.modules, 'the rule checks nothing'\n"
+        "assert 'kdsync.config.transport_section' in sys.modules, 'the rule checks nothing'\n"
+    )
     loaded = loaded_modules(
         ["kdsync.config", "kdsync.transport", "kdsync.pki"], banned, check=probe
     )

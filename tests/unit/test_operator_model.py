@@ -119,6 +119,13 @@ def test_rdma_member_gets_sriov_resource_multus_annotation_and_ipc_lock() -> Non
     tcp_pod = bundle.members["b"][1]["spec"]["template"]
     assert "k8s.v1.cni.cncf.io/networks" not in tcp_pod["metadata"]["annotations"]
     assert "add" not in tcp_pod["spec"]["containers"][0]["securityContext"]["capabilities"]
+    # The rendered sidecar configs select the transport each member was given, and load.
+    for member, expected in (("a", "rdma"), ("b", "tcp")):
+        rendered, problems = children.sidecar_config(group, member)
+        assert not problems
+        loaded = parse_config(rendered, check_files=False)
+        assert loaded.transport.type == expected
+        assert (loaded.rdma_settings() is not None) == (expected == "rdma")
 
 
 def children_tcp() -> Any:
@@ -332,6 +339,19 @@ def test_examples_pass_the_webhook() -> None:
             if doc and doc.get("kind") == "KdsyncGroup":
                 meta = doc["metadata"]
                 assert validation.spec_problems(meta["name"], "default", doc["spec"]) == [], path
+
+
+def test_the_rdma_example_renders_sidecar_configs_that_select_rdma() -> None:
+    doc = yaml.safe_load((REPO_ROOT / "examples" / "three-members-rdma.yaml").read_text())
+    doc["metadata"].update(uid="u-1", generation=1)
+    group = Group.from_object(doc)
+    selected = {}
+    for member in ("a", "b", "c"):
+        rendered, problems = children.sidecar_config(group, member)
+        assert problems == []
+        selected[member] = parse_config(rendered, check_files=False).transport.type
+    # c's node has no RDMA NIC (its override); a and b talk RDMA to each other.
+    assert selected == {"a": "rdma", "b": "rdma", "c": "tcp"}
 
 
 # --- rollout -------------------------------------------------------------------------

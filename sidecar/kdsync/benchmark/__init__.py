@@ -9,6 +9,10 @@ Modules: :mod:`.payload` (the benchmark's event layout), :mod:`.load` and :mod:`
 (the traffic generator and the probe, each run as a child process), :mod:`.procstats`
 (CPU and memory from /proc), :mod:`.systems` (kdsync groups and MirrorMaker 2 as systems
 under test), :mod:`.ceiling` (ProducerPerformance / ConsumerPerformance), :mod:`.phases`
-(one measured phase), :mod:`.runner` (a whole run), :mod:`.report` (table and JSON),
+(one measured phase), :mod:`.runner` (a whole run, in ``--repeat`` rounds),
+:mod:`.medians` (a figure per system over the rounds), :mod:`.report` (table and JSON),
 :mod:`.profiling` (py-spy on the sidecars).
+
+Also :mod:`.transport` (``hack/bench-transport``: the peer transport alone, TCP and RDMA
+side by side).
 """

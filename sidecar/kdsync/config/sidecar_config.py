@@ -18,8 +18,10 @@ from kdsync.config.sections import (
     TopicsConfig,
     check_address,
 )
+from kdsync.config.transport_section import TransportConfig
 from kdsync.ordering import GroupSpec, GroupSpecError, Timing
 from kdsync.transport.address import parse_address
+from kdsync.transport.rdma_config import RdmaSettings
 from kdsync.transport.tcp_config import TcpTransportConfig
 
 
@@ -37,6 +39,9 @@ class SidecarConfig(ConfigModel):
     )
     insecure: bool = Field(
         default=False, description="plaintext, unauthenticated peer links (local tests only)"
+    )
+    transport: TransportConfig = Field(
+        default_factory=TransportConfig, description="peer links over tcp or rdma"
     )
     listen: str | None = Field(
         default=None, description='peer address to bind, default "0.0.0.0:<own peer port>"'
@@ -135,6 +140,10 @@ class SidecarConfig(ConfigModel):
             insecure=self.insecure,
             agreement=self.agreement(),
         )
+
+    def rdma_settings(self) -> RdmaSettings | None:
+        """The RDMA device settings when peer links should use RDMA, else None."""
+        return self.transport.rdma.settings() if self.transport.type == "rdma" else None
 
     def agreement(self) -> dict[str, Any]:
         """The settings every member of the group must share, as JSON values: checked in

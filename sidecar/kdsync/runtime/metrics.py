@@ -124,6 +124,18 @@ class SidecarMetrics:
             ["peer"],
             registry=r,
         )
+        self.peer_rdma = Gauge(
+            "kdsync_peer_link_rdma",
+            "1 when frames to (direction=out) or from (in) the peer travel over RDMA",
+            ["peer", "direction"],
+            registry=r,
+        )
+        self.transport_fallback = Gauge(
+            "kdsync_transport_rdma_fallback",
+            "1 when transport.type is rdma but no usable device was found, so every link "
+            "runs on TCP (transport.rdma.fallbackToTcp; the reason is in kdsync status)",
+            registry=r,
+        )
         self.peer_rejected = Gauge(
             "kdsync_peer_connections_rejected",
             "Inbound peer connections refused since start: no or a malformed hello, not a "

@@ -41,6 +41,7 @@ from kdsync.runtime.metrics import GroupSyncMetrics, SidecarMetrics, TopicConfig
 from kdsync.runtime.mirror_metrics import MirrorMetrics
 from kdsync.runtime.observer import SidecarObserver
 from kdsync.transport import LinkStatus, PeerTransport, TransportClosed
+from kdsync.transport.rdma import RdmaTransport, RdmaUnavailable
 from kdsync.transport.tcp import TcpTransport
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,23 @@ class Sidecar:
         self._event_loop = asyncio.get_running_loop()
         config = self.config
         recovered = None
+        rdma = config.rdma_settings()
+        if rdma is None:
+            self.transport = TcpTransport(config.transport_config(), registry=self.metrics.registry)
+        else:
+            self.transport = RdmaTransport(
+                config.transport_config(), rdma, registry=self.metrics.registry
+            )
+            try:  # before anything else is set up: a member without RDMA stops here
+                self.transport.open_device()
+            except RdmaUnavailable as exc:
+                self.phase = "failed"
+                self.startup_error = (
+                    f"transport.type is rdma, but {exc} (or set transport.rdma.fallbackToTcp: "
+                    "true to run on TCP where RDMA is missing)"
+                )
+                log.error("%s", self.startup_error)
+                return 2
         if not self.is_witness:
             self.phase = "recovering"
             try:
@@ -129,8 +147,8 @@ class Sidecar:
             incarnation=random.SystemRandom().getrandbits(62),
             recovered=recovered,
         )
-        transport = TcpTransport(config.transport_config(), registry=self.metrics.registry)
-        self.transport = transport
+        transport = self.transport
+        assert transport is not None
         log_port = delivery_port = None
         source_port = None
         if self._cluster is not None:
@@ -378,6 +396,12 @@ class Sidecar:
                     1 if peer.outbound == LinkStatus.CONNECTED else 0
                 )
             m.peer_rejected.set(self.transport.rejected_connections)
+            if isinstance(self.transport, RdmaTransport):
+                rdma = self.transport
+                for name in rdma.peers:
+                    m.peer_rdma.labels(name, "out").set(1 if name in rdma.rdma_outbound else 0)
+                    m.peer_rdma.labels(name, "in").set(1 if name in rdma.rdma_inbound else 0)
+                m.transport_fallback.set(1 if rdma.fallback_reason is not None else 0)
         if self._cluster is not None:
             m.source_errors.set(self._cluster.reader.errors)
         m.ready.set(1 if self.readiness()[0] else 0)
@@ -430,4 +454,20 @@ class Sidecar:
                 p.peer: {"link": p.outbound.value, "lastError": p.last_error}
                 for p in self.transport.peer_states().values()
             }
+            doc["transport"] = _transport_section(self.transport)
         return doc
+
+
+def _transport_section(transport: PeerTransport) -> dict[str, Any]:
+    """How peer links move frames: TCP, or RDMA (per peer and direction, with the
+    device, or why a member configured for RDMA fell back to TCP)."""
+    if not isinstance(transport, RdmaTransport):
+        return {"type": "tcp"}
+    return {
+        "type": "rdma",
+        "device": transport.device_description,
+        "fallbackReason": transport.fallback_reason,
+        "rdmaTo": sorted(transport.rdma_outbound),
+        "rdmaFrom": sorted(transport.rdma_inbound),
+        "creditWaits": dict(transport.credit_waits),
+    }

@@ -1,7 +1,8 @@
 """Peer transports for the ordering group: the interface, addresses, identities, settings.
 
 Importing this package loads no asyncio and no ``ssl``: the TCP implementation lives in
-``kdsync.transport.tcp`` (``TcpTransport``); import it from there.
+``kdsync.transport.tcp`` (``TcpTransport``), and RDMA, which runs on TCP's authenticated
+links, in ``kdsync.transport.rdma`` (``RdmaTransport``); import them from there.
 """
 
 from kdsync.transport.address import parse_address

@@ -6,8 +6,8 @@ never block the caller indefinitely and must keep memory bounded. It moves opaqu
 frames (``bytes``) between the configured members of one group and tags every
 received frame with the *authenticated* name of the member that sent it.
 
-TCP (``kdsync.transport.tcp.TcpTransport``) implements this today; an RDMA transport
-can implement the same protocol later.
+TCP (``kdsync.transport.tcp.TcpTransport``) implements it, and RDMA
+(``kdsync.transport.rdma.RdmaTransport``) on top of TCP's authenticated links.
 """
 
 from __future__ import annotations

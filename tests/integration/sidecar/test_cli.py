@@ -100,6 +100,30 @@ def test_bad_configs_and_unreachable_broker_give_clear_messages(
             checked = _kdsync("check-config", "--config", str(_variant(base, name, change)))
             assert checked.returncode == 2 and checked.stderr == result.stderr
 
+        # RDMA asked for on a host without a device (this one): the sidecar does not
+        # start, and says what is missing and how to fix it; check-config says it first.
+        def rdma(config: dict[str, Any]) -> None:
+            config["transport"] = {"type": "rdma"}
+            config["http"] = f"127.0.0.1:{_closed_port()}"  # m1 itself is running
+
+        rdma_config = str(_variant(base, "rdma", rdma))
+        checked = _kdsync("check-config", "--config", rdma_config)
+        assert checked.returncode == 2, checked.stdout
+        assert "transport.type is rdma, but no RDMA device" in checked.stderr, checked.stderr
+        assert "fallbackToTcp" not in checked.stderr and "transport.type: tcp" in checked.stderr
+        refused = _kdsync("run", "--config", rdma_config)
+        assert refused.returncode == 2, refused.stderr
+        assert "Traceback" not in refused.stderr, refused.stderr
+        (error,) = [line for line in refused.stderr.splitlines() if " ERROR " in line]
+        assert "no RDMA device" in error and "fallbackToTcp: true" in error, error
+
+        def rdma_or_tcp(config: dict[str, Any]) -> None:
+            config["transport"] = {"type": "rdma", "rdma": {"fallbackToTcp": True}}
+
+        lenient = _kdsync("check-config", "--config", str(_variant(base, "lenient", rdma_or_tcp)))
+        assert lenient.returncode == 0, lenient.stderr
+        assert "rdma unavailable, so tcp" in lenient.stdout, lenient.stdout
+
         _, stderr = offline.communicate(timeout=120)
     finally:
         if offline.poll() is None:

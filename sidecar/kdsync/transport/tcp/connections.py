@@ -64,8 +64,9 @@ _WRITE_BATCH_BYTES = 1024 * 1024
 
 
 @dataclass
-class _Peer:
-    """Mutable per-peer bookkeeping; ``PeerState`` is its public snapshot."""
+class Peer:
+    """Mutable per-peer bookkeeping; ``PeerState`` is its public snapshot. (Shared with
+    ``RdmaTransport``, which moves the same queues and counters over queue pairs.)"""
 
     name: str
     address: str
@@ -124,11 +125,11 @@ class TcpTransport:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
-        self._peers: dict[str, _Peer] = {}
+        self._peers: dict[str, Peer] = {}
         for name in config.other_members():
             address = config.peers[name]
             host, port = parse_address(address)
-            self._peers[name] = _Peer(
+            self._peers[name] = Peer(
                 name=name,
                 address=address,
                 host=host,
@@ -150,6 +151,9 @@ class TcpTransport:
         self._rejected_connections = 0
         self._pending_handshakes = 0
         self.refusals = RefusalCounter(registry)
+
+    # Whether this transport offers RDMA in the handshake (``RdmaTransport`` does).
+    offers_rdma = False
 
     # -- PeerTransport ---------------------------------------------------------------
 
@@ -258,7 +262,7 @@ class TcpTransport:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _record_error(self, peer: _Peer, exc: BaseException, what: str) -> None:
+    def _record_error(self, peer: Peer, exc: BaseException, what: str) -> None:
         description = describe(exc)
         peer.last_error = f"{what}: {description}"
         peer.last_error_at = time.time()
@@ -276,7 +280,7 @@ class TcpTransport:
 
     # -- outbound --------------------------------------------------------------------
 
-    async def _dial_loop(self, peer: _Peer) -> None:
+    async def _dial_loop(self, peer: Peer) -> None:
         # asyncio.timeout rather than wait_for throughout: on 3.11, wait_for can turn a
         # cancellation that races with completion into a normal return, and this loop
         # would then outlive close(). The _closing check is a second line of defence.
@@ -286,7 +290,7 @@ class TcpTransport:
             peer.connect_attempts += 1
             try:
                 async with asyncio.timeout(self.config.connect_timeout_s):
-                    reader, writer = await self._dial(peer)
+                    reader, writer, rdma = await self._dial(peer)
             except Exception as exc:
                 self._record_error(peer, exc, "connect failed")
             else:
@@ -296,7 +300,7 @@ class TcpTransport:
                 peer.logged_error = None
                 logger.info("connected to peer %s at %s", peer.name, peer.address)
                 try:
-                    await self._run_link(peer, reader, writer)
+                    await self._send_frames(peer, reader, writer, rdma)
                 except Exception as exc:
                     self._record_error(peer, exc, "link lost")
                 finally:
@@ -307,7 +311,9 @@ class TcpTransport:
             peer.next_attempt_at = time.time() + delay
             await asyncio.sleep(delay)
 
-    async def _dial(self, peer: _Peer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _dial(self, peer: Peer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+        """A connected, authenticated link to ``peer``, and whether its frames go over
+        RDMA (both sides offered it)."""
         if self._client_ssl is not None:
             reader, writer = await asyncio.open_connection(
                 peer.host,
@@ -321,22 +327,30 @@ class TcpTransport:
             reader, writer = await asyncio.open_connection(peer.host, peer.port, limit=STREAM_LIMIT)
         try:
             detect_dead_peers(writer)
-            await handshake_as_dialer(
+            rdma = await handshake_as_dialer(
                 reader,
                 writer,
                 self.config,
                 peer.name,
                 peer.address,
                 tls=self._client_ssl is not None,
+                rdma=self.offers_rdma,
             )
         except BaseException:
             await close_writer(writer)
             raise
         writer.transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER)
-        return reader, writer
+        return reader, writer, rdma
+
+    async def _send_frames(
+        self, peer: Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rdma: bool
+    ) -> None:
+        """Send ``peer``'s queued frames on an authenticated link until it fails; returns
+        only by raising. ``RdmaTransport`` takes the links where ``rdma`` is set."""
+        await self._run_link(peer, reader, writer)
 
     async def _run_link(
-        self, peer: _Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, peer: Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """Send queued frames until the link fails; returns only by raising."""
         watcher = asyncio.create_task(_watch_for_close(reader), name=f"kdsync-watch-{peer.name}")
@@ -355,7 +369,7 @@ class TcpTransport:
                 raise exc
         raise ConnectionResetError("link ended")
 
-    async def _send_queued(self, peer: _Peer, writer: asyncio.StreamWriter) -> None:
+    async def _send_queued(self, peer: Peer, writer: asyncio.StreamWriter) -> None:
         while True:
             batch = await peer.queue.take_batch(_WRITE_BATCH_BYTES)
             for buffer in encode_frames(batch):
@@ -393,7 +407,7 @@ class TcpTransport:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         remote = writer.get_extra_info("peername")
-        peer: _Peer | None = None
+        peer: Peer | None = None
         this_task = asyncio.current_task()
         try:
             try:
@@ -402,8 +416,13 @@ class TcpTransport:
                 async with asyncio.timeout(self.config.handshake_timeout_s):
                     if self._server_ssl is not None:
                         await writer.start_tls(self._server_ssl)
-                    name = await handshake_as_listener(
-                        reader, writer, self.config, self._peers, tls=self._server_ssl is not None
+                    name, rdma = await handshake_as_listener(
+                        reader,
+                        writer,
+                        self.config,
+                        self._peers,
+                        tls=self._server_ssl is not None,
+                        rdma=self.offers_rdma,
                     )
             except Exception as exc:
                 if not isinstance(exc, EXPECTED_LINK_ERRORS):
@@ -427,7 +446,7 @@ class TcpTransport:
                 )
             else:
                 logger.info("accepted connection from member %s at %s", name, remote)
-            await self._receive_frames(peer, reader, writer)
+            await self._take_frames(peer, reader, writer, rdma)
         except (FrameTooLarge, FrameTimeout) as exc:
             reason = (
                 RefusalReason.FRAME_TOO_LARGE
@@ -451,8 +470,15 @@ class TcpTransport:
                 peer.inbound_task = None
             await close_writer(writer)
 
+    async def _take_frames(
+        self, peer: Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rdma: bool
+    ) -> None:
+        """Receive ``peer``'s frames on an authenticated link until it ends.
+        ``RdmaTransport`` takes the links where ``rdma`` is set."""
+        await self._receive_frames(peer, reader, writer)
+
     async def _receive_frames(
-        self, peer: _Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, peer: Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         # An idle link may wait for a frame indefinitely; once a frame's length prefix
         # arrived, its payload must arrive within frame_timeout_s, else a trickling
@@ -490,7 +516,7 @@ class TcpTransport:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)
 
-    def _frame_timeout(self, peer: _Peer) -> FrameTimeout:
+    def _frame_timeout(self, peer: Peer) -> FrameTimeout:
         return FrameTimeout(
             f"member {peer.name} started a frame and did not finish it within "
             f"{self.config.frame_timeout_s:g} s"

@@ -14,6 +14,11 @@ After TCP (and TLS, unless insecure):
 Both frames also carry the member's *agreement* (the settings every member must share:
 members, topics). A peer whose agreement differs is refused on both sides, with a
 message naming what differs (``PeerConfigMismatch``).
+
+A dialer that can move frames over RDMA says so in its hello (``"rdma": true``); a
+listener that can too answers the same in its welcome, and the link's frames then go
+over a queue pair set up on this connection (``kdsync.transport.rdma``). A member that
+does not know the field ignores it, so TCP and RDMA members mix, link by link.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Container, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from kdsync.transport.base import PeerAuthenticationError, TransportError
 from kdsync.transport.framing import encode_frame, read_frame
@@ -41,8 +46,19 @@ class PeerConfigMismatch(HandshakeError):
     """A member's group settings (members, topics) differ from ours: the link is refused."""
 
 
+class Hello(NamedTuple):
+    """What an accepted hello said: the member, and whether it offered RDMA."""
+
+    member: str
+    rdma: bool
+
+
 def _handshake_frame(
-    kind: str, group: str, member: str, agreement: Mapping[str, Any] | None = None
+    kind: str,
+    group: str,
+    member: str,
+    agreement: Mapping[str, Any] | None = None,
+    rdma: bool = False,
 ) -> bytes:
     message: dict[str, Any] = {
         "kdsync": kind,
@@ -52,6 +68,8 @@ def _handshake_frame(
     }
     if agreement:
         message["agreement"] = dict(agreement)
+    if rdma:
+        message["rdma"] = True
     return encode_frame(json.dumps(message, separators=(",", ":")).encode())
 
 
@@ -104,8 +122,10 @@ async def handshake_as_dialer(
     address: str,
     *,
     tls: bool,
-) -> None:
+    rdma: bool = False,
+) -> bool:
     """Make sure the listener at ``address`` is member ``peer`` and agrees with us.
+    Returns whether the link moves its frames over RDMA (``rdma``: we offer it).
 
     Raises PeerAuthenticationError, HandshakeError (PeerConfigMismatch when the
     agreements differ), or what reading the stream raises.
@@ -116,7 +136,7 @@ async def handshake_as_dialer(
             raise PeerAuthenticationError(
                 f"{address} presented a certificate for member {presented!r}, expected {peer!r}"
             )
-    writer.write(_handshake_frame("hello", config.group, config.member, config.agreement))
+    writer.write(_handshake_frame("hello", config.group, config.member, config.agreement, rdma))
     await writer.drain()
     welcome = await read_frame(reader, _MAX_HANDSHAKE_FRAME_BYTES)
     answered_as = _parse_handshake(welcome, "welcome", config.group)
@@ -127,6 +147,7 @@ async def handshake_as_dialer(
     disagreement = _disagreement(config.agreement, welcome, peer)
     if disagreement is not None:
         raise PeerConfigMismatch(disagreement)
+    return rdma and json.loads(welcome).get("rdma") is True
 
 
 async def handshake_as_listener(
@@ -136,9 +157,11 @@ async def handshake_as_listener(
     peers: Container[str],
     *,
     tls: bool,
-) -> str:
+    rdma: bool = False,
+) -> Hello:
     """Authenticate an inbound connection; returns the member (one of ``peers``) it
-    belongs to. Raises like ``handshake_as_dialer``."""
+    belongs to, and whether its frames come over RDMA (it offered it and ``rdma``: we
+    accept it). Raises like ``handshake_as_dialer``."""
     certified: str | None = None
     if tls:
         # Checked before reading anything: a stranger gets no say in what we parse.
@@ -152,14 +175,17 @@ async def handshake_as_listener(
         )
     _check_is_peer(claimed, peers, config.group)
     detect_dead_peers(writer)
+    use_rdma = rdma and json.loads(hello).get("rdma") is True
     # The welcome carries our agreement even to a member that disagrees, so both
     # sides can say what differs; the link is then refused.
-    writer.write(_handshake_frame("welcome", config.group, config.member, config.agreement))
+    writer.write(
+        _handshake_frame("welcome", config.group, config.member, config.agreement, use_rdma)
+    )
     await writer.drain()
     disagreement = _disagreement(config.agreement, hello, claimed)
     if disagreement is not None:
         raise PeerConfigMismatch(disagreement)
-    return claimed
+    return Hello(claimed, use_rdma)
 
 
 def _check_is_peer(name: str, peers: Container[str], group: str) -> None:
