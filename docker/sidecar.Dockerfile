@@ -62,6 +62,26 @@ RUN set -eu; \
     rm -rf /tmp/spark-jars; \
     ls "$SPARK_HOME"/jars/spark-sql-kafka-0-10_*.jar
 
+# RDMA peer links (transport.type: rdma): rdma-core's user-space drivers and its Python
+# bindings, pyverbs, which are not on PyPI as wheels. Debian builds python3-pyverbs for its
+# own python3; the venv sees it only when it runs that same Python version (the Debian
+# base of hack/build-images does; a python:3.12 base does not, and an RDMA member then
+# stops at start with "pyverbs is not importable", or falls back to TCP if allowed).
+RUN set -eu; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends rdma-core ibverbs-providers python3-pyverbs; \
+    rm -rf /var/lib/apt/lists/*; \
+    if [ "$(/usr/bin/python3 -c 'import sys; print(sys.version_info[:2])')" = \
+         "$(python -c 'import sys; print(sys.version_info[:2])')" ]; then \
+      debian=$(/usr/bin/python3 -c 'import os, pyverbs; print(os.path.dirname(os.path.dirname(pyverbs.__file__)))'); \
+      site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+      echo "$debian" >"$site/debian-pyverbs.pth"; \
+      python -c "import pyverbs.device"; \
+      echo "pyverbs: importable in the venv ($debian)"; \
+    else \
+      echo "pyverbs: not for this venv's Python; RDMA members need another base image"; \
+    fi
+
 COPY README.md pyproject.toml /tmp/src/
 COPY sidecar /tmp/src/sidecar
 COPY operator /tmp/src/operator
