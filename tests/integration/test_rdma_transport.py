@@ -9,10 +9,8 @@ here; ``hack/rdma-vm`` runs them in a VM on Soft-RoCE, and
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
@@ -28,8 +26,8 @@ from kdsync.transport.rdma_config import RdmaSettings
 from kdsync.transport.tcp import TcpTransport
 from kdsync.transport.tls import client_context
 from tests.integration.test_tcp_transport import (
-    DEADLINE_S,
     connected,
+    fill_until_refused,
     group_configs,
     intrude,
     no_jitter,
@@ -191,12 +189,7 @@ def test_a_receiver_that_does_not_read_stops_the_sender_at_its_credits(
             # b does not call receive(): its buffer fills, it stops granting credits, a's
             # link stops, and a's queue fills until send() drops. A send without a credit
             # would fail the queue pair (receiver not ready) and the test.
-            accepted = 0
-            deadline = time.monotonic() + DEADLINE_S
-            while a.send("b", accepted.to_bytes(8, "big") + bytes(frame_size - 8)):
-                accepted += 1
-                assert time.monotonic() < deadline, "send never pushed back"
-                await asyncio.sleep(0)
+            accepted = await fill_until_refused(a, "b", frame_size)
             # b's buffer is full (the frame after the ones that fit waits to go in) and a
             # waits for credits. The link stops, it does not fail: no reconnect follows.
             full = 64 * 1024 // frame_size + 1

@@ -191,6 +191,18 @@ def no_leaked_tasks_or_transports(caplog: pytest.LogCaptureFixture) -> Iterator[
     assert not errors, errors
 
 
+async def fill_until_refused(sender: TcpTransport, peer: str, frame_size: int) -> int:
+    """Send numbered frames to ``peer`` until ``send`` refuses one (the queue is full);
+    returns how many were accepted. Fails if it never pushes back."""
+    accepted = 0
+    deadline = time.monotonic() + DEADLINE_S
+    while sender.send(peer, accepted.to_bytes(8, "big") + bytes(frame_size - 8)):
+        accepted += 1
+        assert time.monotonic() < deadline, "send never pushed back"
+        await asyncio.sleep(0)
+    return accepted
+
+
 async def assert_delivers(sender: TcpTransport, receiver: TcpTransport, payload: bytes) -> None:
     assert sender.send(receiver.member, payload)
     (frame,) = await receive_frames(receiver, 1)
@@ -495,12 +507,7 @@ def test_slow_receiver_pushes_back_to_bounded_sender_queue(
             await wait_until(connected(a, "b"), "a connected to b")
             # b does not call receive(): its buffer fills, it stops reading, the kernel
             # buffers fill, and finally a's queue is full and send() starts dropping.
-            accepted = 0
-            deadline = time.monotonic() + DEADLINE_S
-            while a.send("b", accepted.to_bytes(8, "big") + bytes(frame_size - 8)):
-                accepted += 1
-                assert time.monotonic() < deadline, "send never pushed back"
-                await asyncio.sleep(0)
+            accepted = await fill_until_refused(a, "b", frame_size)
             # b read at most what its inbound bound admits (plus the one frame waiting
             # for room), however much a pushed into the network.
             assert b.peer_states()["a"].frames_received <= 64 * 1024 // frame_size + 1

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import logging
 import multiprocessing
-import socket
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,7 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from kdsync.localkafka.config import allocate_ports
 from kdsync.pki import make_group_pki
 from kdsync.transport import MemberTlsFiles, TcpTransportConfig
 from kdsync.transport.rdma import RdmaTransport
@@ -31,16 +31,6 @@ from kdsync.transport.tcp import TcpTransport
 
 GROUP = "bench"
 PING_BYTES = 64
-
-
-def _free_ports(host: str, count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind((host, 0))
-    ports = [int(sock.getsockname()[1]) for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def _transport(
@@ -156,7 +146,7 @@ def run(
     pings: int,
     pki: dict[str, MemberTlsFiles],
 ) -> Figures:
-    ports = _free_ports(host, 2)
+    ports = allocate_ports(2, host)
     peers = {"a": f"{host}:{ports[0]}", "b": f"{host}:{ports[1]}"}
     parent_end, child_end = multiprocessing.Pipe()
     receiver = multiprocessing.get_context("fork").Process(

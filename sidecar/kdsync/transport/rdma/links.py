@@ -34,7 +34,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from kdsync.transport.base import FrameTimeout, ReceivedFrame
+from kdsync.transport.base import ReceivedFrame
 from kdsync.transport.framing import encode_frame, read_frame
 from kdsync.transport.rdma.pyverbs_device import PyverbsDevice
 from kdsync.transport.rdma.stream import GRANT, FrameAssembler, Outgoing
@@ -46,7 +46,7 @@ from kdsync.transport.rdma.verbs import (
     VerbsLink,
 )
 from kdsync.transport.rdma_config import RdmaSettings
-from kdsync.transport.tcp.connections import Peer, TcpTransport
+from kdsync.transport.tcp.connections import Peer, TcpTransport, watch_for_close
 from kdsync.transport.tcp.handshake import HandshakeError
 from kdsync.transport.tcp_config import TcpTransportConfig
 
@@ -189,7 +189,10 @@ class RdmaTransport(TcpTransport):
     ) -> None:
         assembler = FrameAssembler(self.config.max_frame_bytes)
         arrivals = _Completions(link)
-        closed = asyncio.create_task(_until_closed(reader), name=f"kdsync-rdma-watch-{peer.name}")
+        closed = asyncio.create_task(
+            watch_for_close(reader, "an RDMA link's control connection"),
+            name=f"kdsync-rdma-watch-{peer.name}",
+        )
         half = max(1, self.settings.receive_buffers // 2)
         to_grant = 0
         try:
@@ -234,10 +237,7 @@ class RdmaTransport(TcpTransport):
         if closed in done:
             closed.result()  # raises why the link ended
         if not done:
-            raise FrameTimeout(
-                f"member {peer.name} started a frame and did not finish it within "
-                f"{self.config.frame_timeout_s:g} s"
-            )
+            raise self._frame_timeout(peer)
 
 
 class _Setup:
@@ -372,11 +372,3 @@ class _Sender:
                     self._credit_waits[peer.name] += 1
                 self._can_send.clear()
                 await self._can_send.wait()
-
-
-async def _until_closed(reader: asyncio.StreamReader) -> None:
-    """Return-by-raising when the sender closes the link's TLS connection (after the
-    setup it sends nothing more on it)."""
-    if await reader.read(1):
-        raise HandshakeError("peer sent data on an RDMA link's control connection")
-    raise ConnectionResetError("peer closed the connection")

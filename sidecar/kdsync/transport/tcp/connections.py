@@ -353,7 +353,7 @@ class TcpTransport:
         self, peer: Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """Send queued frames until the link fails; returns only by raising."""
-        watcher = asyncio.create_task(_watch_for_close(reader), name=f"kdsync-watch-{peer.name}")
+        watcher = asyncio.create_task(watch_for_close(reader), name=f"kdsync-watch-{peer.name}")
         sender = asyncio.create_task(
             self._send_queued(peer, writer), name=f"kdsync-send-{peer.name}"
         )
@@ -542,14 +542,13 @@ class _FrameClock:
     stalled: bool = False
 
 
-async def _watch_for_close(reader: asyncio.StreamReader) -> None:
-    """Return-by-raising when the listener closes an outbound link.
-
-    The listener sends nothing after ``welcome``, so any data is a protocol error.
-    """
+async def watch_for_close(reader: asyncio.StreamReader, link: str = "a send-only link") -> None:
+    """Return-by-raising when the other end closes a connection it sends nothing more on:
+    the listener of an outbound link (after ``welcome``), or the dialer of an RDMA link's
+    control connection (after its setup). Any data is a protocol error."""
     data = await reader.read(HEADER_BYTES)
     if data:
-        raise HandshakeError("peer sent data on a send-only link")
+        raise HandshakeError(f"peer sent data on {link}")
     raise ConnectionResetError("peer closed the connection")
 
 
