@@ -580,3 +580,40 @@ def test_rounds_interleave_the_systems_and_one_failure_loses_nothing_else(
     assert [c.round for c in result.ceilings] == [1, 2]
     assert said[0] == "round 1 of 2" and "round 2 of 2" in said
     assert sum(line.startswith("round 1 of 2 done in ") for line in said) == 1
+
+
+def test_a_failure_in_a_late_round_keeps_the_rounds_saved_before_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    started: list[int] = []
+
+    def new_system(label: str, chosen: Mapping[str, str], *_: object) -> _FakeSystem:
+        started.append(len(started) + 1)
+        if len(started) == 3:  # round 2's first system: fails outside measure_system
+            raise RuntimeError("the work folder's disk is full")
+        return _FakeSystem(label, len(chosen))
+
+    monkeypatch.setattr(
+        runner, "measure_system", lambda system, *_: SystemRun(system.label, system.members)
+    )
+    monkeypatch.setattr(runner, "_new_system", new_system)
+    monkeypatch.setattr(runner, "list_topics", lambda bootstrap: set())
+    monkeypatch.setattr(runner, "_cleanup_topics", lambda clusters, before: None)
+    settings = BenchSettings(
+        kdsync_members=(2, 3), mm2_members=(3,), sizes=(100,), systems=(KDSYNC,), repeat=3
+    )
+    saved: list[dict[str, Any]] = []
+
+    def save(so_far: BenchResult) -> None:  # as the command line does, through JSON
+        saved.append(json.loads(json.dumps(result_document(so_far))))
+
+    clusters = {f"c{i}": f"127.0.0.1:{i}" for i in range(1, 4)}
+    with pytest.raises(RuntimeError, match="disk is full"):
+        runner.run_benchmark(
+            settings, clusters, {}, None, tmp_path, lambda line: None,  # type: ignore[arg-type]
+            after_round=save,
+        )  # fmt: skip
+
+    assert len(saved) == 1  # round 1 was saved before round 2 started
+    assert [(s["members"], s["round"]) for s in saved[0]["systems"]] == [(2, 1), (3, 1)]
+    assert result_from_json(saved[0]).rounds_of(KDSYNC, 3)[0].round == 1

@@ -22,6 +22,7 @@ from kdsync.benchmark.medians import result_document
 from kdsync.benchmark.report import render
 from kdsync.benchmark.runner import (
     SYSTEM_KINDS,
+    BenchResult,
     BenchSettings,
     result_from_json,
     run_benchmark,
@@ -270,9 +271,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         clusters = fleet.bootstrap_servers()
         brokers = fleet.pids()
         document: dict[str, object] = {}
+        command = shlex.join(["hack/bench-replication", *(argv or sys.argv[1:])])
+
+        def save_rounds(so_far: BenchResult) -> None:
+            # Rounds take minutes each: what is measured is on disk before the next starts.
+            so_far.command, so_far.machine = command, machine
+            output.write_text(json.dumps(result_document(so_far), indent=2))
+            say(f"the rounds so far are saved in {output}")
+
         if settings.systems:
-            result = run_benchmark(settings, clusters, brokers, kafka, work_dir, say)
-            result.command = shlex.join(["hack/bench-replication", *(argv or sys.argv[1:])])
+            result = run_benchmark(
+                settings,
+                clusters,
+                brokers,
+                kafka,
+                work_dir,
+                say,
+                after_round=save_rounds if settings.repeat > 1 else None,
+            )
+            result.command = command
             machine["loadAverageAtEnd"] = load_average()
             result.machine = machine
             print(render(result))

@@ -332,12 +332,15 @@ def run_benchmark(
     kafka: KafkaDistribution,
     work_dir: Path,
     progress: Progress,
+    after_round: Callable[[BenchResult], None] | None = None,
 ) -> BenchResult:
     """Measure every selected system on ``clusters`` (name -> bootstrap, in order).
 
     ``brokers``: name -> pid of each cluster's broker JVM, measured separately. With
     ``settings.repeat`` above 1, every system (the ceiling too) is measured once per round,
     started afresh and warmed up each time, in the same order in every round.
+    ``after_round`` sees the result so far after each round (the command line saves it,
+    so a failure in a late round keeps the rounds before it).
     """
     if len(clusters) < settings.cluster_count():
         raise ValueError(f"{settings.cluster_count()} clusters needed, {len(clusters)} given")
@@ -377,6 +380,9 @@ def run_benchmark(
                 f"round {round_number} of {settings.repeat} done in {minutes:.1f} min: "
                 f"{_round_summary(result, round_number) or 'no system measured'}"
             )
+        if after_round is not None:
+            result.seconds = time.time() - result.started_at
+            after_round(result)
     result.broker_memory = _memory_of({f"broker {n}": p for n, p in brokers.items()})
     result.seconds = time.time() - result.started_at
     return result
