@@ -305,6 +305,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if failed:
                 say(f"failed: {', '.join(failed)}")
                 exit_code = 1
+            if settings.repeat == 1 and len(result.measured()) > 1:
+                say(
+                    "one round: the systems measured first met brokers still warming up "
+                    "(their CPU per delivery is several times that of later rounds, "
+                    "docs/performance.md); compare systems with --repeat 3"
+                )
         if args.profile or args.profile_only:
             from kdsync.benchmark.profiling import profile_kdsync  # noqa: PLC0415
 
