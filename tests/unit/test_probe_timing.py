@@ -41,6 +41,7 @@ class _Record:
 class _ScriptedConsumer:
     def __init__(self, records: list[_Record]) -> None:
         self.now = 0.0
+        self._calls = 0
         self._waiting = sorted(records, key=lambda r: r.readable_at)
 
     def clock(self) -> float:
@@ -52,6 +53,8 @@ class _ScriptedConsumer:
         return readable
 
     def poll(self, timeout: float) -> _Record | None:
+        self._calls += 1
+        assert self._calls < 10_000, "the probe reads without ever waiting"
         if not self._take_ready() and self._waiting:
             self.now = min(self.now + timeout, self._waiting[0].readable_at)
         elif not self._waiting:
@@ -63,6 +66,8 @@ class _ScriptedConsumer:
         return bool(self._waiting) and self._waiting[0].readable_at <= self.now
 
     def consume(self, num_messages: int, timeout: float) -> list[_Record]:
+        self._calls += 1
+        assert self._calls < 10_000, "the probe reads without ever waiting"
         taken = self._take(num_messages)
         if len(taken) < num_messages and timeout > 0:
             deadline = self.now + timeout

@@ -276,7 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         def save_rounds(so_far: BenchResult) -> None:
             # Rounds take minutes each: what is measured is on disk before the next starts.
             so_far.command, so_far.machine = command, machine
-            output.write_text(json.dumps(result_document(so_far), indent=2))
+            try:
+                output.write_text(json.dumps(result_document(so_far), indent=2))
+            except OSError as exc:  # the next rounds still run; the end tries again
+                say(f"could not save the rounds so far in {output}: {exc}")
+                return
             say(f"the rounds so far are saved in {output}")
 
         if settings.systems:
@@ -308,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if settings.repeat == 1 and len(result.measured()) > 1:
                 say(
                     "one round: the systems measured first met brokers still warming up "
-                    "(their CPU per delivery is several times that of later rounds, "
+                    "(the brokers' CPU per delivery is several times that of later rounds, "
                     "docs/performance.md); compare systems with --repeat 3"
                 )
         if args.profile or args.profile_only:
