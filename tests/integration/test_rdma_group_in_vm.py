@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -54,8 +55,11 @@ def test_three_members_replicate_over_rdma_through_a_sigkill_and_the_checker_pas
         try:
             run_group(group, bootstrap)
         except BaseException:
+            kept = os.environ.get("KDSYNC_VM_OUT")
             for name in group.members:  # the guest's files are gone after it stops
                 print(f"\n--- sidecar {name}, log tail\n{group.log_tail(name, 120)}")
+                if kept:  # whole logs, on the host (hack/rdma-vm --out)
+                    shutil.copy(group.members[name].log_path, Path(kept) / f"sidecar-{name}.log")
             raise
 
 

@@ -25,9 +25,14 @@ RDMA_VM = REPO_ROOT / "hack" / "rdma-vm"
 SKIP = 77
 
 
-def in_rdma_vm(*command: str, env: dict[str, str] | None = None, timeout: int = 900) -> str:
-    """Run ``command`` in the guest; its output, or the test fails with it."""
+def in_rdma_vm(
+    *command: str, env: dict[str, str] | None = None, timeout: int = 900, out: Path | None = None
+) -> str:
+    """Run ``command`` in the guest; its output, or the test fails with it. ``out``: a
+    host folder the guest may write (``$KDSYNC_VM_OUT`` there), named in a failure."""
     extra = [arg for name, value in (env or {}).items() for arg in ("--env", f"{name}={value}")]
+    if out is not None:
+        extra += ["--out", str(out)]
     result = subprocess.run(
         [str(RDMA_VM), "run", "--timeout", str(timeout - 60), *extra, "--", *command],
         capture_output=True,
@@ -37,7 +42,8 @@ def in_rdma_vm(*command: str, env: dict[str, str] | None = None, timeout: int = 
     )
     if result.returncode == SKIP:
         pytest.skip(f"hack/rdma-vm cannot run here: {result.stderr.strip()[-500:]}")
-    assert result.returncode == 0, f"{result.stdout[-6000:]}\n{result.stderr[-4000:]}"
+    kept = f"\nwhat the guest kept (whole sidecar logs): {out}" if out is not None else ""
+    assert result.returncode == 0, f"{result.stdout[-6000:]}\n{result.stderr[-4000:]}{kept}"
     return result.stdout
 
 
@@ -58,7 +64,7 @@ def test_rdma_transport_on_soft_roce() -> None:
 
 
 def test_a_three_member_group_replicates_over_soft_roce(
-    kafka_fleet: LocalKafkaFleet, fresh_topic: Callable[[str], str]
+    kafka_fleet: LocalKafkaFleet, fresh_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
     """Three sidecars in the guest, one per host cluster, their links over rxe0; traffic
     and the independent check run in the guest too (test_rdma_group_in_vm.py)."""
@@ -72,5 +78,6 @@ def test_a_three_member_group_replicates_over_soft_roce(
         "tests/integration/test_rdma_group_in_vm.py",
         env={"KDSYNC_RDMA_TEST_KAFKA": json.dumps(bootstrap), "KDSYNC_RDMA_TEST_TOPIC": topic},
         timeout=1200,
+        out=tmp_path / "guest",
     )  # fmt: skip
     assert "1 passed" in out and "skipped" not in out, out[-3000:]
