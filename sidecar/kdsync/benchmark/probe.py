@@ -25,28 +25,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from kdsync.benchmark import payload
+from kdsync.kafka.partition_reader import read_available
 
 PERCENTILES = (50.0, 99.0, 99.9)
-_MAX_READ = 10_000
-_WAIT_SECONDS = 0.1
-
-
-def read_available(consumer: Consumer, wait_seconds: float = _WAIT_SECONDS) -> list[Message]:
-    """The records the consumer has, returned as soon as there is one.
-
-    A batch ``consume`` with a timeout returns early only once it holds all of
-    ``num_messages``, so at benchmark rates it waits out its timeout and every record it
-    returns looks up to that much later than it became visible: that added 0-100 ms to
-    every latency the probe measured, for every system. ``poll`` returns with the first
-    record; ``consume(timeout=0)`` then takes what the same fetch brought along.
-    """
-    first = consumer.poll(wait_seconds)
-    if first is None:
-        return []
-    return [first, *consumer.consume(num_messages=_MAX_READ - 1, timeout=0)]
 
 
 @dataclass(frozen=True)
@@ -240,7 +224,9 @@ class _Follower:
             if self.pending and time.monotonic() >= next_topic_check:
                 self._assign_new_topics()
                 next_topic_check = time.monotonic() + 0.2
-            batch = read_available(self.consumer)
+            # Timed when readable: a batch consume with a timeout would wait it out and
+            # add up to 100 ms to every latency measured, for every system.
+            batch = read_available(self.consumer, wait_seconds=0.1, max_records=10_000)
             if not batch:
                 continue
             now_ms = clock() * 1000.0

@@ -23,7 +23,12 @@ from confluent_kafka.admin import AdminClient
 from kdsync.failover.translation import Located
 from kdsync.kafka.client_config import admin_config
 from kdsync.kafka.errors import KafkaUnavailable
-from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
+from kdsync.kafka.partition_reader import (
+    read_available,
+    read_to_end,
+    reading_consumer,
+    watermarks,
+)
 from kdsync.record_format import RecordFormatError, from_global_record
 
 # Records per probe: one fetch's worth, so a bisection step costs one round trip.
@@ -69,10 +74,7 @@ class KafkaPartitionLog:
             while True:
                 found: list[Located] = []
                 at_end = False
-                # poll returns with the first record; consume(timeout=0) then takes what
-                # that fetch brought along (a batch call with a timeout would wait it out).
-                first = consumer.poll(1.0)
-                batch = [] if first is None else [first, *consumer.consume(_RUN, timeout=0)]
+                batch = read_available(consumer, wait_seconds=1.0, max_records=_RUN + 1)
                 for message in batch:
                     error = message.error()
                     if error is not None:

@@ -46,6 +46,20 @@ def reading_consumer(
     )
 
 
+def read_available(consumer: Consumer, wait_seconds: float, max_records: int) -> list[Message]:
+    """The records the consumer has, returned as soon as there is one (or none after
+    ``wait_seconds``).
+
+    A batch ``consume`` with a timeout returns early only once it holds all of
+    ``num_messages``, so at low rates it waits out its timeout. ``poll`` returns with the
+    first record; ``consume(timeout=0)`` then takes what the same fetch brought along.
+    """
+    first = consumer.poll(wait_seconds)
+    if first is None:
+        return []
+    return [first, *consumer.consume(num_messages=max_records - 1, timeout=0)]
+
+
 def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
     try:
         low, high = consumer.get_watermark_offsets(
