@@ -21,6 +21,9 @@ class Outcome:
     messages: int
     settled_after: int | None  # ticks after healing until everything was delivered
     drivers: frozenset[type] = frozenset()  # the driver classes the members ran
+    # When the faulty phase ended, with traffic still flowing: committed entries each data
+    # member that was up had not applied yet (how far behind a returned member still is).
+    unapplied_at_heal: tuple[tuple[str, int], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -125,6 +128,10 @@ def run_scenario(
                 _apply_fault(fault, members, network)
         produce(data_members)
         step()
+    committed = max((m.node.status().commit_index for m in order if m.node is not None), default=0)
+    unapplied_at_heal = tuple(
+        (m.name, committed - m.kafka.ledger.applied_index) for m in data_members if m.up
+    )
     # Phase 2: everything heals; every event must reach every data member in bounded time.
     armed.clear()
     network.heal()
@@ -190,7 +197,14 @@ def run_scenario(
         violations.extend(Violation("progress", "group", text) for text in progress)
     drivers = frozenset(type(m.driver) for m in members.values() if m.driver is not None)
     return Outcome(
-        scenario, tuple(violations), len(sources), clock[0], network.sent, settled_after, drivers
+        scenario,
+        tuple(violations),
+        len(sources),
+        clock[0],
+        network.sent,
+        settled_after,
+        drivers,
+        unapplied_at_heal,
     )
 
 
