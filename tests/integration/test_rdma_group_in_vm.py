@@ -95,8 +95,10 @@ def run_group(group: LocalSidecarGroup, bootstrap: dict[str, str]) -> None:
     result = verify_group(group, bootstrap, TOPIC, global_topic, produced, timeout=300, watch=watch)
     watch.close()
     assert result.events == sum(produced.values())
+    # An emulated CPU under load can miss /status's 2 s timeout: poll with a deadline.
+    statuses = group.wait_until("every member's /status", lambda s: "transport" in s, 120)
     for name in group.members:
-        status = group.status(name) or {}
+        status = statuses[name]
         assert status["transport"]["type"] == "rdma", status
         assert status["transport"]["fallbackReason"] is None
         assert "rxe" in status["transport"]["device"]
