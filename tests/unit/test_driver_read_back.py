@@ -87,3 +87,17 @@ def test_a_read_back_in_flight_is_not_asked_twice_and_what_it_brings_is_applied(
     assert len(log.asked) == 1
     driver.entries_loaded([Entry(i, 1, None) for i in range(1, 11)])
     assert node.ledger is not None and node.ledger.applied_index == 10
+
+
+def test_a_read_back_that_stops_short_is_followed_by_one_for_the_rest() -> None:
+    """The shell stops at ``max_load_bytes``: the core asks for what is left once the
+    answer is in, and meanwhile keeps the one read-back out (it owns that, not the
+    driver: spans asked while one runs wait and go next, never dropped)."""
+    log = _Log()
+    driver, node = _needing_a_read_back(log)
+    driver.entries_loaded([Entry(i, 1, None) for i in range(1, 5)])
+    assert node.ledger is not None and node.ledger.applied_index == 4
+    assert log.asked == [[(1, 10)], [(5, 10)]]
+    for _ in range(3):
+        driver.tick()
+    assert len(log.asked) == 2, "asked again while a read-back was still out"

@@ -171,7 +171,6 @@ class MemberDriver:
         self._retry_at = 0  # no transaction starts before this tick
         self._backoff = self.limits.retry_ticks[0]
         self._held: OriginBatch | None = None
-        self._loading = False
         self._load_retry_at: int | None = None  # after a failed read-back
         self._next_trim = self.limits.trim_ticks
 
@@ -216,7 +215,6 @@ class MemberDriver:
         self.state.fatal = f"could not store the ordering log: {reason}"
 
     def entries_loaded(self, entries: list[Entry]) -> None:
-        self._loading = False
         self.node.entries_loaded(entries)
         self._pump()
 
@@ -306,8 +304,7 @@ class MemberDriver:
         if ready.events:
             self.observer.node_events(ready.events)
         log = self.ports.log
-        if ready.loads and log is not None and not self._loading:
-            self._loading = True
+        if ready.loads and log is not None:  # the core keeps one read-back out at a time
             log.load(ready.loads, self.node.timing.max_load_bytes)
         pending = self._next_write or self._writing_log
         durable = log is not None and (

@@ -29,9 +29,9 @@ class LogPort(Protocol):
         ...
 
     def load(self, spans: list[tuple[int, int]], max_bytes: int) -> None:
-        """Start reading entries back, in order, stopping once more than ``max_bytes``
-        have been read (a prefix of what was asked; the core asks again for the rest);
-        completes with ``entries_loaded``."""
+        """Start reading entries back, each span in order, stopping it once more than
+        ``max_bytes`` have been read from it (a prefix of the span; the core asks again
+        for the rest); completes with ``entries_loaded``."""
         ...
 
     def trim(self, below_index: int) -> None:

@@ -180,7 +180,7 @@ class OrderingNode(Elections, Replication, Admission):
             if entry.index <= self.log.snapshot_index:
                 self._loaded[entry.index] = entry
         self._forget_loaded()  # what a peer or our applying has moved past meanwhile
-        self._loads_asked.clear()
+        self._loads_out = ()  # the spans asked while it ran go next
         self._replication_due = True
 
     def receive(self, sender: str, message: Message) -> None:
@@ -241,6 +241,7 @@ class OrderingNode(Elections, Replication, Admission):
                 if self._replication_due:
                     self._replicate(heartbeat=False)
             self._apply_committed()
+            self._hand_out_loads()
         ready = self._ready
         if self._hard_dirty:
             ready.hard_state = HardState(self.term, self.voted_for)

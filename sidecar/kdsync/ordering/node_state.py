@@ -84,7 +84,12 @@ class NodeState:
         )
         self._opened: set[tuple[str, str, int]] = set()
         self._loaded: dict[int, Entry] = {}
-        self._loads_asked: set[tuple[int, int]] = set()
+        # Read-backs: one is out with the shell at a time (the first index of each of its
+        # spans here); spans asked meanwhile wait, first index -> last, and go together
+        # next. Dropping them instead let our own applying, which asks again after every
+        # answer, starve a lagging peer's.
+        self._loads_out: tuple[int, ...] = ()
+        self._loads_wanted: dict[int, int] = {}
         # Delivered to the shell, not yet durably applied: (index, bytes), in order.
         self._applying: deque[tuple[int, int]] = deque()
         self._applying_bytes = 0

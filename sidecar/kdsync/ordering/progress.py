@@ -52,9 +52,11 @@ class Progress:
         self.next = max(self.match, floor) + 1
         self._forget_inflight()
 
-    def become_replicate(self) -> None:
+    def become_replicate(self, floor: int = 0) -> None:
+        """Send from just after the peer's match, or ``floor`` as in ``become_probe``: a
+        late answer may confirm less than every data member has stored by now."""
         self.state = ProgressState.REPLICATE
-        self.next = self.match + 1
+        self.next = max(self.match, floor) + 1
 
     def update_match(self, match: int, now: int) -> bool:
         """A successful reply up to ``match``; True when that is progress."""

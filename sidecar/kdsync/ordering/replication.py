@@ -89,12 +89,60 @@ class Replication(NodeState):
     def _ask_load(self, first: int, base: int) -> None:
         """Ask the shell to read entries back from ``first`` to a window's worth past
         ``base``: a lagging peer, or our own applying, then goes at the pace of the
-        pipeline, not one read per Append (the shell stops at ``max_load_bytes``)."""
+        pipeline, not one read per Append (the shell stops at ``max_load_bytes``).
+
+        The span may reach past our compacted prefix, up to what is committed and
+        written here (its stored form is final): a busy leader compacts on while a slow
+        read-back runs, and ``entries_loaded`` keeps what left memory meanwhile. Capped
+        at the compacted prefix, each read-back would end where compaction already
+        was, and a peer far behind would chase it for as long as traffic lasts."""
         ahead = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
-        span = (first, min(self.log.snapshot_index, base + ahead))
-        if span not in self._loads_asked:
-            self._loads_asked.add(span)
-            self._ready.loads.append(span)
+        final = max(self.log.snapshot_index, min(self.commit_index, self._durable_end()))
+        last = min(final, base + ahead)
+        if first not in self._loads_out:
+            self._loads_wanted[first] = max(last, self._loads_wanted.get(first, last))
+
+    def _hand_out_loads(self) -> None:
+        """The spans asked go to the shell together once no read-back is out (see
+        ``entries_loaded``); the shell bounds each span's bytes on its own, so none
+        starves behind another."""
+        if self._loads_out or not self._loads_wanted:
+            return
+        needed = self._first_unloaded()
+        # Spans queued a while may be stale: their peer moved on, or another read-back
+        # brought what they were for. Reading them would spend a read on nobody.
+        spans = [
+            (first, last)
+            for first, last in self._loads_wanted.items()
+            if any(first <= index <= last for index in needed)
+        ]
+        self._loads_wanted = {}
+        if spans:
+            self._ready.loads = spans
+            self._loads_out = tuple(first for first, _ in spans)
+
+    def _read_back_starts(self) -> list[int]:
+        """Where each lagging peer's next Append (from its next - 1, whose term the
+        Append carries) and our own applying go on from."""
+        starts = (
+            [max(1, self._tracker[p].next - 1) for p in self._peers]
+            if self._tracker is not None
+            else []
+        )
+        if self.ledger is not None:
+            starts.append(self.ledger.applied_index + 1)
+        return starts
+
+    def _first_unloaded(self) -> set[int]:
+        """For each start, the first compacted entry it needs that is not read back."""
+        needed: set[int] = set()
+        for start in self._read_back_starts():
+            index = start
+            while index in self._loaded:
+                index += 1
+            if index <= self.log.snapshot_index:
+                needed.add(index)
+        return needed
 
     def _committed_entry(self, index: int) -> Entry | None:
         """A committed entry to apply, or None while it is read back from storage."""
@@ -147,7 +195,11 @@ class Replication(NodeState):
             pr = tracker[peer]
             if heartbeat:
                 pr.probe_sent = False
-                stalled = self._now - pr.progress_at >= self.timing.election_ticks
+                # A peer with Appends unanswered for an election timeout is probed again;
+                # one with none out is waiting on a read-back for it, which may take
+                # longer on a busy broker (probing would restart it one entry at a time).
+                patience = self.timing.election_ticks * (1 if pr.inflight else 4)
+                stalled = self._now - pr.progress_at >= patience
                 if pr.state == ProgressState.REPLICATE and stalled and pr.match < last:
                     pr.become_probe(self._probe_floor(peer))
             if self.group.is_witness(peer) and pr.next <= self.log.snapshot_index:
@@ -172,12 +224,21 @@ class Replication(NodeState):
                 entries = self._entries_for(pr.next)
                 if entries and self._send_append(peer, entries, pr.next - 1):
                     pr.sent(entries[-1].index, sum(entry_size(e) for e in entries))
+                elif entries is None and heartbeat:
+                    # Read back for the peer meanwhile: it must still hear us, or it
+                    # campaigns while we wait on a slow broker.
+                    self._send_heartbeat(peer)
             elif heartbeat or pr.sent_commit < self.commit_index:
-                # Nothing new: a bare heartbeat at a position the peer is known to hold,
-                # or at our compacted prefix once that position left memory (committed
-                # past max_log_bytes): a peer that lacks it answers, and is probed.
-                at = pr.match if self._term_of(pr.match) is not None else self.log.snapshot_index
-                self._send_append(peer, [], at)
+                self._send_heartbeat(peer)
+
+    def _send_heartbeat(self, peer: str) -> None:
+        """An Append with nothing new, at a position the peer is known to hold, or at our
+        compacted prefix once that position left memory (committed past max_log_bytes):
+        a peer that lacks it refuses it, and is probed if it was sent that far."""
+        assert self._tracker is not None
+        match = self._tracker[peer].match
+        at = match if self._term_of(match) is not None else self.log.snapshot_index
+        self._send_append(peer, [], at)
 
     # ------------------------------------------------------------------ receiving
 
@@ -275,15 +336,24 @@ class Replication(NodeState):
             if pr.update_match(reply.match_index, self._now):
                 self._leader_commit()
             if pr.state == ProgressState.PROBE:
-                pr.become_replicate()
+                pr.become_replicate(self._probe_floor(peer))
             # The peer holds (not yet all written) entries up to hint_index: go on from there.
             pr.next = max(pr.next, reply.hint_index + 1)
         elif pr.state == ProgressState.REPLICATE:
-            if reply.rejected_index > pr.match:
+            # Refused at or past ``next``: a heartbeat at our compacted prefix to a peer
+            # that has not been sent that far yet (it waits on a read-back), which says
+            # nothing new. Refused below: its log diverges from what we sent, so probe.
+            if pr.match < reply.rejected_index < pr.next:
                 pr.become_probe(self._probe_floor(peer))
         elif reply.rejected_index == pr.next - 1:
             # Only the answer to the current probe moves it; older rejections are stale.
+            probed = pr.next
             pr.next = max(pr.match + 1, min(reply.rejected_index, reply.hint_index + 1))
+            if pr.next >= probed:
+                # Refused where it is known to match (a late duplicate, or a peer that
+                # lost what it acknowledged): probe again on the next heartbeat, not in
+                # a loop as fast as the replies come.
+                pr.probe_sent = True
 
     def _probe_floor(self, peer: str) -> int:
         return 0 if self.group.is_witness(peer) else min(self._all_durable, self.commit_index)
@@ -367,22 +437,18 @@ class Replication(NodeState):
     def _forget_loaded(self) -> None:
         """Keep entries read back only where something is about to send or apply them:
         from a lagging peer's next - 1 (its next Append's prev_term) or our applied index
-        + 1, what was read in one run, up to a read-back's worth of bytes. A busy leader
+        + 1, what was read in one run, up to a read-back's span and bytes. A busy leader
         compacts between the load and the next probe, and must not drop them meanwhile;
         a member that applies nothing (its T-global refuses a write) must still drop
-        what its peers have moved past."""
-        starts = (
-            [max(1, self._tracker[p].next - 1) for p in self._peers]
-            if self._tracker is not None
-            else []
-        )
-        if self.ledger is not None:
-            starts.append(self.ledger.applied_index + 1)
+        what its peers have moved past; and a peer stuck for good must not make us keep
+        every entry after it as others' read-backs join up behind it."""
+        starts = self._read_back_starts()
+        ahead = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
         keep: set[int] = set()
         for start in starts:
             # At least two: a peer's Append needs the entry before the first it carries.
             index, budget = start, self.timing.max_load_bytes
-            while (entry := self._loaded.get(index)) is not None:
+            while index <= start + ahead and (entry := self._loaded.get(index)) is not None:
                 keep.add(index)
                 budget -= entry_size(entry)
                 if budget < 0 and index > start:

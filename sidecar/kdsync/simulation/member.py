@@ -313,19 +313,19 @@ class _SimLogPort:
         driver = m.driver
         assert driver is not None
         found: list[Entry] = []
-        wanted = sorted({i for first, last in spans for i in range(first, last + 1)})
 
         def read() -> None:
             stored = {e.index: e for e in m.kafka.log}
-            budget = max_bytes
-            for index in wanted:
-                entry = stored.get(index)
-                if entry is None:
-                    continue
-                found.append(entry)
-                budget -= entry_size(entry)
-                if budget < 0:
-                    return
+            for first, last in spans:
+                budget = max_bytes
+                for index in range(first, last + 1):
+                    entry = stored.get(index)
+                    if entry is None:
+                        continue
+                    found.append(entry)
+                    budget -= entry_size(entry)
+                    if budget < 0:
+                        break
 
         m._schedule(
             _Pending(m.now + m.costs.load_ticks, "load", read, lambda: driver.entries_loaded(found))
