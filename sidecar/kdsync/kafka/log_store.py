@@ -181,14 +181,14 @@ class LogStore:
                 f"{errors[0] if errors else f'{remaining} record(s) unacknowledged after 60s'}"
             )
 
-    def load(self, first: int, last: int, max_bytes: int) -> tuple[list[Entry], int]:
+    def load(self, first: int, last: int, max_bytes: int) -> list[Entry]:
         """Read entries ``first..last`` back, in order, for peers behind our in-memory
         log or our own applying. Stops once more than ``max_bytes`` of records are read
-        (at least one entry); returns the entries and the bytes read."""
+        (at least one entry)."""
         with self._lock:
             wanted = {i: self._offsets[i] for i in range(first, last + 1) if i in self._offsets}
         if not wanted:
-            return [], 0
+            return []
         by_offset = {offset: index for index, offset in wanted.items()}
         consumer = reading_consumer(self._properties, self._group_id, committed_only=False)
         found: list[Entry] = []
@@ -206,7 +206,7 @@ class LogStore:
                         break
         finally:
             consumer.close()
-        return found, read
+        return found
 
     def trim(self, below_index: int) -> None:
         """Delete records of entries below ``below_index`` (blocking; best effort)."""

@@ -96,11 +96,15 @@ class Replication(NodeState):
         read-back runs, and ``entries_loaded`` keeps what left memory meanwhile. Capped
         at the compacted prefix, each read-back would end where compaction already
         was, and a peer far behind would chase it for as long as traffic lasts."""
-        ahead = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
         final = max(self.log.snapshot_index, min(self.commit_index, self._durable_end()))
-        last = min(final, base + ahead)
+        last = min(final, base + self._read_ahead())
         if first not in self._loads_out:
             self._loads_wanted[first] = max(last, self._loads_wanted.get(first, last))
+
+    def _read_ahead(self) -> int:
+        """Entries a read-back reaches past where its consumer stands, and what is kept
+        of it (``_forget_loaded``): the two must agree, or what is read is dropped."""
+        return _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
 
     def _hand_out_loads(self) -> None:
         """The spans asked go to the shell together once no read-back is out (see
@@ -442,10 +446,9 @@ class Replication(NodeState):
         a member that applies nothing (its T-global refuses a write) must still drop
         what its peers have moved past; and a peer stuck for good must not make us keep
         every entry after it as others' read-backs join up behind it."""
-        starts = self._read_back_starts()
-        ahead = _READ_AHEAD_APPENDS * self.timing.max_entries_per_append
+        ahead = self._read_ahead()
         keep: set[int] = set()
-        for start in starts:
+        for start in self._read_back_starts():
             # At least two: a peer's Append needs the entry before the first it carries.
             index, budget = start, self.timing.max_load_bytes
             while index <= start + ahead and (entry := self._loaded.get(index)) is not None:

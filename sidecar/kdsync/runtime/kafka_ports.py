@@ -75,8 +75,7 @@ class KafkaLogPort(_LoopPort):
         found: list[Entry] = []
         try:
             for first, last in spans:  # each bounded on its own (LogPort.load)
-                part, _ = await asyncio.to_thread(self._store.load, first, last, max_bytes)
-                found.extend(part)
+                found.extend(await asyncio.to_thread(self._store.load, first, last, max_bytes))
         except KafkaShellError as exc:
             self._bound().load_failed(str(exc))
             return
