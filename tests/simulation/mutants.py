@@ -154,7 +154,7 @@ class WitnessSplicesRecoveryParts(OrderingNode):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self._recovery is not None:
-            self._recovery = _SplicingRecovery(self._peers, self.incarnation)
+            self._recovery = _SplicingRecovery(self._peers, self.incarnation, self.member)
 
 
 class CommitByCountingOldTerms(OrderingNode):
@@ -164,7 +164,9 @@ class CommitByCountingOldTerms(OrderingNode):
 
     def _leader_commit(self) -> None:
         assert self._tracker is not None
-        majority_index = self._tracker.quorum_match(self._own_durable(), self.group.quorum)
+        majority_index = self._tracker.quorum_match(
+            self._own_durable(), self.config.voters, self.member, self._quorum()
+        )
         if majority_index > self.commit_index:
             self._advance_commit(majority_index)
 
@@ -178,6 +180,15 @@ class ElectionsWithoutPreVoteOrBackoff(OrderingNode):
     def _start_pre_vote(self) -> None:
         self._timer.level = 0
         self._campaign()
+
+
+class CountsStartupMajority(OrderingNode):
+    """Counts majorities as the group's startup file has it, whatever members were added
+    or removed since: a group grown from 3 to 5 commits with 2 copies and elects with 2
+    votes, so two majorities need not overlap; one shrunk from 5 to 3 needs all 3."""
+
+    def _quorum(self) -> int:
+        return len(self.group.members) // 2 + 1
 
 
 # Broken variants of the member driver, run by the simulator exactly as it runs the real
@@ -243,6 +254,8 @@ MUTANTS: dict[str, type[OrderingNode]] = {
     # Caught by the leader-churn scenarios, which aim at leader changes at commit time;
     # tests/unit/test_ordering_node.py also plays figure 8 step by step.
     "commit-old-terms-by-counting": CommitByCountingOldTerms,
+    # Membership changes (docs/ordering.md, "Membership changes").
+    "counts-startup-majority": CountsStartupMajority,
 }
 
 DRIVER_MUTANTS: dict[str, Callable[..., MemberDriver]] = {

@@ -170,7 +170,7 @@ class Pump:
                     progressed |= self._handle(member, node)
             while self.queue:
                 sender, receiver, message = self.queue.popleft()
-                target = self.nodes[receiver]
+                target = self.nodes.get(receiver)  # (None too: one the pump never runs)
                 if (
                     target is None
                     or (sender, receiver) in self.cut

@@ -33,7 +33,7 @@ def _log(entries: list[tuple[int, int]], commit: int) -> ReplicatedLog:
 def _answer(
     log: ReplicatedLog, commit: int, request: RecoverRequest, max_bytes: int
 ) -> RecoverReply:
-    reply = recover_reply(TERM, log, commit, request, max_bytes)
+    reply = recover_reply(TERM, log, commit, request, max_bytes, None)
     # Every part crosses the wire as it is: it must survive the codec unchanged.
     decoded = decode_message(encode_message(reply))
     assert decoded == reply
@@ -68,7 +68,7 @@ def test_a_long_log_arrives_in_bounded_parts_and_whole() -> None:
     entry_bytes = one_entry.size_bytes()
     bound = 4 * entry_bytes + entry_bytes // 2  # four entries per part
     recovered, sent = _recover(
-        WitnessRecovery(("a", "b"), NONCE), {"a": (leader, 10), "b": (follower, 10)}, bound
+        WitnessRecovery(("a", "b"), NONCE, "w"), {"a": (leader, 10), "b": (follower, 10)}, bound
     )
     # The most up-to-date log (term 2 at the end), after its commit index, entry for entry.
     assert (recovered.commit_index, recovered.commit_term) == (10, 1)
@@ -81,14 +81,14 @@ def test_a_long_log_arrives_in_bounded_parts_and_whole() -> None:
 
 def test_an_entry_larger_than_the_bound_still_travels_alone() -> None:
     log = _log([(i, 1) for i in range(1, 6)], commit=1)
-    recovered, sent = _recover(WitnessRecovery(("a",), NONCE), {"a": (log, 1)}, max_bytes=1)
+    recovered, sent = _recover(WitnessRecovery(("a",), NONCE, "w"), {"a": (log, 1)}, max_bytes=1)
     assert [len(p.entries) for p in sent["a"]] == [1, 1, 1, 1]
     assert list(recovered.entries) == log.slice(2, 5)
 
 
 def test_a_log_overwritten_between_parts_is_fetched_again_not_spliced() -> None:
     before = _log([(i, 1) for i in range(1, 21)], commit=5)
-    recovery = WitnessRecovery(("a",), NONCE)
+    recovery = WitnessRecovery(("a",), NONCE, "w")
     ((peer, first_request),) = recovery.requests(TERM)
     entry = before.entry(6).batch
     assert entry is not None
@@ -111,7 +111,7 @@ def test_a_log_overwritten_between_parts_is_fetched_again_not_spliced() -> None:
 
 def test_a_part_that_continues_nothing_held_is_ignored() -> None:
     log = _log([(i, 1) for i in range(1, 11)], commit=2)
-    recovery = WitnessRecovery(("a",), NONCE)
+    recovery = WitnessRecovery(("a",), NONCE, "w")
     stray = _answer(log, 2, RecoverRequest(TERM, NONCE, 6, 1), max_bytes=1 << 20)
     assert stray.prev_index == 6
     assert recovery.reply("a", stray, TERM) is None
@@ -121,7 +121,7 @@ def test_a_part_that_continues_nothing_held_is_ignored() -> None:
 def test_a_re_ask_keeps_answers_that_took_parts_and_refreshes_whole_ones() -> None:
     long_log = _log([(i, 1) for i in range(1, 11)], commit=2)
     short_log = _log([(i, 1) for i in range(1, 4)], commit=3)
-    recovery = WitnessRecovery(("a", "b", "c"), NONCE)
+    recovery = WitnessRecovery(("a", "b", "c"), NONCE, "w")
     bound = 1  # one entry per part
     whole = _answer(short_log, 3, RecoverRequest(TERM, NONCE), bound)
     assert recovery.reply("a", whole, TERM) is None
@@ -130,8 +130,9 @@ def test_a_re_ask_keeps_answers_that_took_parts_and_refreshes_whole_ones() -> No
         request = recovery.reply("b", _answer(long_log, 2, request, bound), TERM)
     assert request is None  # c has not answered
     # The re-ask (c's answer was lost): a's one-message answer is asked for again, fresher;
-    # b's eight-part answer is kept, so a large answer need not fit in one re-ask period.
-    assert sorted(peer for peer, _ in recovery.requests(TERM)) == ["a", "c"]
+    # b's eight-part answer is asked for afresh too but kept meanwhile, so a large answer
+    # need not fit in one re-ask period (and a kept one is still replaced in time).
+    assert sorted(peer for peer, _ in recovery.requests(TERM)) == ["a", "b", "c"]
     assert recovery.reply("a", whole, TERM) is None
     recovered = recovery.reply("c", whole, TERM)
     assert isinstance(recovered, RecoveredWitness)

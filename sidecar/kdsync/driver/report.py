@@ -25,12 +25,13 @@ def readiness(phase: str, driver: MemberDriver | None) -> tuple[bool, list[str]]
     reasons: list[str] = []
     status = node.status()
     view = node.view()
-    quorum = node.group.quorum
+    config = node.config
+    quorum = config.quorum
     if status.role == Role.RECOVERING:
         reasons.append("witness still recovering its state from the other members")
     if not node.in_majority():
         reasons.append(
-            f"not in touch with a majority: hears {len(view)} of {len(node.group.members)} "
+            f"not in touch with a majority: hears {len(view)} of {len(config.voters)} voting "
             f"member(s) (a majority is {quorum}) and no live leader"
         )
     if status.leader is None:
@@ -68,7 +69,7 @@ def node_section(driver: MemberDriver) -> dict[str, Any]:
         "term": status.term,
         "leader": status.leader,
         "view": sorted(node.view()),
-        "members": list(node.group.members),
+        "members": list(node.config.members),
         "commitIndex": status.commit_index,
         "knownCommit": node.known_commit,
         "appliedIndex": driver.state.durable_applied,

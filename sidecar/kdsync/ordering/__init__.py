@@ -4,6 +4,7 @@ No sockets, clocks, threads, randomness or Kafka in here (enforced by
 tests/unit/test_layering.py); the shells in kdsync.sidecar and kdsync.simulation drive it.
 """
 
+from kdsync.ordering.configuration import Configuration, ConfigurationError, change_problem
 from kdsync.ordering.events import DeliveredEvent, OriginBatch, OriginPartition, SourceEvent
 from kdsync.ordering.group import GroupSpec, GroupSpecError, Timing
 from kdsync.ordering.ledger import BatchVerdict, Delivery, DeliveryLedger, LedgerState
@@ -22,6 +23,8 @@ from kdsync.ordering.ready import (
 
 __all__ = [
     "BatchVerdict",
+    "Configuration",
+    "ConfigurationError",
     "DeliveredEvent",
     "Delivery",
     "DeliveryLedger",
@@ -43,6 +46,7 @@ __all__ = [
     "Role",
     "SourceEvent",
     "Timing",
+    "change_problem",
     "entry_size",
     "may_precede_persist",
 ]

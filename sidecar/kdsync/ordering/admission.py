@@ -50,7 +50,7 @@ class Admission(NodeState):
         else:  # a witness leads only briefly; it waits for whoever applies
             own = max((pr.applied for pr in self._tracker.peers.values()), default=0)
         since = self._now - self.timing.election_ticks
-        applied = self._tracker.applied_by_half(self.group.data_members, self.member, own, since)
+        applied = self._tracker.applied_by_half(self.config.data_voters, self.member, own, since)
         return self.commit_index - applied < self.timing.max_unapplied
 
     def _accept_batch(self, batch: OriginBatch) -> bool:

@@ -40,6 +40,7 @@ class Elections(NodeState):
         self._leader_match = self._reported_match = 0
         self._votes.clear()
         self._tracker = None
+        self._leaving = False
         self._uncommitted.clear()
         self._uncommitted_bytes = 0
         self._admission.clear()
@@ -73,7 +74,7 @@ class Elections(NodeState):
         request = PreVoteRequest(
             self.term + 1, self.log.last_index, self.log.last_term, self.incarnation
         )
-        for peer in self._peers:
+        for peer in self._voting_peers():
             self._send(peer, request)
 
     def _campaign(self, transfer: bool = False) -> None:
@@ -86,8 +87,15 @@ class Elections(NodeState):
         request = VoteRequest(
             self.term, self.log.last_index, self.log.last_term, self.incarnation, transfer
         )
-        for peer in self._peers:
+        for peer in self._voting_peers():
             self._send(peer, request)
+
+    def _voting_peers(self) -> list[str]:
+        voters = self.config.voters
+        return [p for p in self._peers if p in voters]
+
+    def _has_majority(self, votes: set[str]) -> bool:
+        return sum(1 for m in self.config.voters if m in votes) >= self._quorum()
 
     def _become_leader(self) -> None:
         self.role = Role.LEADER
@@ -96,6 +104,7 @@ class Elections(NodeState):
         self._transfer_sent_at = NEVER
         self._led_since = self._now
         self._tracker = ProgressTracker(self._peers, self.log.last_index + 1, self._now)
+        self._term_start = self.log.last_index + 1  # where our no-op goes, below
         self._uncommitted = {}
         self._uncommitted_bytes = 0
         for index in range(self.commit_index + 1, self.log.last_index + 1):
@@ -113,13 +122,14 @@ class Elections(NodeState):
         window = 2 * self.timing.election_ticks << self._timer.level
         if self._now - self._led_since < window:
             return False
-        heard = self._tracker.acked_since(self._now - window) + 1
-        if heard >= self.group.quorum:
+        config = self.config
+        heard = self._tracker.acked_since(self._now - window, config.voters) + 1
+        if heard >= self._quorum():
             return False
         self._become_follower(
             self.term,
             None,
-            f"stepped down: only {heard} of {len(self.group.members)} members "
+            f"stepped down: only {heard} of {len(config.voters)} voting members "
             f"answered within {window} ticks",
         )
         return True
@@ -143,7 +153,8 @@ class Elections(NodeState):
         horizon = self._now - self.timing.election_ticks
         if self.role == Role.LEADER:
             assert self._tracker is not None
-            return self._tracker.acked_since(horizon) + 1 >= self.group.quorum
+            voters = self.config.voters
+            return self._tracker.acked_since(horizon, voters) + 1 >= self._quorum()
         leader = self.leader
         return (
             self.role == Role.FOLLOWER
@@ -180,7 +191,7 @@ class Elections(NodeState):
         if self.role != Role.PRE_CANDIDATE:
             return
         self._votes.add(voter)
-        if len(self._votes) >= self.group.quorum:
+        if self._has_majority(self._votes):
             self._campaign()
 
     def _on_vote_request(self, candidate: str, request: VoteRequest) -> None:
@@ -211,35 +222,42 @@ class Elections(NodeState):
         ):
             return
         self._votes.add(voter)
-        if len(self._votes) >= self.group.quorum:
+        if self._has_majority(self._votes):
             self._become_leader()
 
     # ------------------------------------------------------------------ handing over
 
     def _maybe_hand_over(self) -> None:
         """A witness leader hands leadership to a caught-up data member as soon as there
-        is one; so does a data member whose own destination has fallen far behind one
-        that writes faster (halted, say): the group then goes on at the faster pace."""
+        is one; so does a leader asked to remove itself from the group, and a data member
+        whose own destination has fallen far behind one that writes faster (halted, say):
+        the group then goes on at the faster pace."""
         tracker = self._tracker
         assert tracker is not None
         if self._transferring():
-            return
-        if self.commit_index != self.log.last_index:
             return
         # Only to a member that answered lately: one that went down keeps its old match,
         # and handing over to it again and again would keep admission paused for good.
         recently = self._now - self.timing.election_ticks
         caught_up = [
             p
-            for p in self.group.data_members
+            for p in self.config.data_voters
             if p != self.member
             and tracker[p].match == self.log.last_index
             and tracker[p].acked_at >= recently
         ]
-        if not caught_up:
+        if self.commit_index != self.log.last_index or not caught_up:
+            if (self.ledger is None or self._leaving) and any(
+                tracker[p].acked_at >= recently for p in self.config.data_voters if p != self.member
+            ):
+                # Must hand over, and nobody is caught up: admit nothing new for a while
+                # (``_transferring``), so one can be. Resent batches of a member behind,
+                # which a witness cannot tell from new ones, would otherwise keep the
+                # log growing ahead of everyone for as long as traffic lasts.
+                self._transfer_sent_at = self._now
             return
         target = max(caught_up, key=lambda p: tracker[p].applied)
-        if self.ledger is not None:
+        if self.ledger is not None and not self._leaving:
             behind = self.commit_index - self._durable_applied > 2 * self.timing.max_unapplied
             if not (behind and tracker[target].applied > self._durable_applied):
                 return
@@ -266,9 +284,13 @@ class Elections(NodeState):
             self._send(sender, outcome)  # the next part of its answer
             return
         if outcome is None:
+            for peer, request in self._recovery.new_requests(self.term):
+                self._send(peer, request)  # members an answer named for the first time
             return
         self.log.reset(outcome.commit_index, outcome.commit_term, list(outcome.entries))
         self.commit_index = outcome.commit_index
+        self._start_over_configs(outcome.commit_index, outcome.config)
+        self._configs_changed(outcome.commit_index + 1, list(outcome.entries))
         # We may have voted in `term` before we lost our memory: do not vote in it again.
         self._vote_withheld_term = outcome.term
         self._set_term(outcome.term, None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kdsync.ordering.configuration import Configuration
 from kdsync.ordering.events import DeliveredEvent, OriginBatch, OriginPartition
 from kdsync.ordering.log import Entry
 
@@ -25,6 +26,7 @@ class BatchVerdict(Enum):
     DUPLICATE = "duplicate"  # every event was delivered before
     GAP = "gap"  # would skip events: rejected, to be offered again in order
     NOOP = "noop"  # a leader's no-op entry
+    CONFIG = "config"  # a membership change: nothing to deliver, the ledger keeps it
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,11 @@ class LedgerState:
     applied_term: int = 0
     marks: dict[OriginPartition, int] = field(default_factory=dict)
     next_seq: dict[str, int] = field(default_factory=dict)
+    # The latest membership change applied, and its index: applied entries leave the
+    # ordering log, so a restarted member takes its configuration from here, never from
+    # its startup file (which only seeds a new group). None: the seed is still in force.
+    config: Configuration | None = None
+    config_index: int = 0
 
     def positions_of(self, origin: str) -> dict[tuple[str, int], int]:
         """The marks of ``origin``'s own partitions, by (topic, partition): where that
@@ -58,7 +65,7 @@ class Delivery:
 
 
 class DeliveryLedger:
-    __slots__ = ("applied_index", "applied_term", "marks", "next_seq")
+    __slots__ = ("applied_index", "applied_term", "config", "config_index", "marks", "next_seq")
 
     def __init__(self, state: LedgerState | None = None) -> None:
         state = state or LedgerState()
@@ -66,10 +73,17 @@ class DeliveryLedger:
         self.applied_term = state.applied_term
         self.marks: dict[OriginPartition, int] = dict(state.marks)
         self.next_seq: dict[str, int] = dict(state.next_seq)
+        self.config = state.config
+        self.config_index = state.config_index
 
     def snapshot(self) -> LedgerState:
         return LedgerState(
-            self.applied_index, self.applied_term, dict(self.marks), dict(self.next_seq)
+            self.applied_index,
+            self.applied_term,
+            dict(self.marks),
+            dict(self.next_seq),
+            self.config,
+            self.config_index,
         )
 
     def covers(self, batch: OriginBatch) -> bool:
@@ -83,6 +97,9 @@ class DeliveryLedger:
         self.applied_term = entry.term
         batch = entry.batch
         if batch is None:
+            if entry.config is not None:
+                self.config, self.config_index = entry.config, entry.index
+                return Delivery(entry.index, entry.term, BatchVerdict.CONFIG, (), None)
             return Delivery(entry.index, entry.term, BatchVerdict.NOOP, (), None)
         where = batch.origin_partition
         mark = self.marks.get(where)

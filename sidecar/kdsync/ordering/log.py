@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kdsync.ordering.configuration import Configuration
 from kdsync.ordering.events import OriginBatch
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """A log position. ``batch`` is None for the no-op a new leader appends in its term."""
+    """A log position. ``batch`` is None for the no-op a new leader appends in its term
+    and for a membership change, which carries the new ``config`` instead."""
 
     index: int
     term: int
     batch: OriginBatch | None
+    config: Configuration | None = None
 
 
 class ReplicatedLog:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kdsync.ordering.configuration import Configuration
 from kdsync.ordering.events import OriginBatch
 from kdsync.ordering.log import Entry
 
@@ -58,6 +59,10 @@ class Append:
     commit: int
     incarnation: int
     all_durable: int  # every data member has stored the log up to here (for compaction)
+    # To a witness only: the configuration in force at prev_index. A witness may take a
+    # leader's committed prefix as its own without its entries, membership changes among
+    # them; this tells it who is in the group from there.
+    config: Configuration | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,9 @@ class RecoverReply:
     prev_index: int
     prev_term: int
     more: bool = False
+    # The sender's configuration in force: a recovering witness also waits for the
+    # members it names (a member added lately may hold the witness's vote).
+    config: Configuration | None = None
 
 
 Message = (

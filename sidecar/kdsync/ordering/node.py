@@ -43,11 +43,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kdsync.ordering.admission import Admission
+from kdsync.ordering.configuration import Configuration
 from kdsync.ordering.elections import Elections
 from kdsync.ordering.events import OriginBatch
 from kdsync.ordering.group import GroupSpec, Timing
 from kdsync.ordering.ledger import DeliveryLedger
 from kdsync.ordering.log import Entry, entry_size
+from kdsync.ordering.membership import Membership
 from kdsync.ordering.messages import (
     Append,
     AppendReply,
@@ -67,7 +69,7 @@ from kdsync.ordering.replication import Replication
 from kdsync.ordering.witness import WitnessRecovery, recover_reply
 
 
-class OrderingNode(Elections, Replication, Admission):
+class OrderingNode(Elections, Replication, Admission, Membership):
     def __init__(
         self,
         member: str,
@@ -76,10 +78,16 @@ class OrderingNode(Elections, Replication, Admission):
         incarnation: int,
         recovered: RecoveredState | None = None,
     ) -> None:
-        super().__init__(member, group, timing, incarnation)
+        # A data member's configuration is the one its ledger last applied, if any: the
+        # startup file only seeds a new group (docs/ordering.md, "Membership changes").
+        ledger_state = recovered.ledger if recovered is not None else None
+        base: tuple[int, Configuration] | None = None
+        if ledger_state is not None and ledger_state.config is not None:
+            base = (ledger_state.config_index, ledger_state.config)
+        super().__init__(member, group, timing, incarnation, base)
         if self.is_witness:
             self.role = Role.RECOVERING
-            self._recovery = WitnessRecovery(self._peers, incarnation)
+            self._recovery = WitnessRecovery(self._peers, incarnation, member)
             self._send_recover_requests()
         else:
             state = recovered or RecoveredState()
@@ -88,6 +96,8 @@ class OrderingNode(Elections, Replication, Admission):
             ledger = state.ledger
             self.ledger = DeliveryLedger(ledger)
             self.log.reset(ledger.applied_index, ledger.applied_term, list(state.entries))
+            self._log_start = (ledger.applied_index, ledger.applied_term)
+            self._configs_changed(ledger.applied_index + 1, list(state.entries))
             self.commit_index = ledger.applied_index
             self._durable_applied = ledger.applied_index
             self.outbox.start_from({w: m for w, m in ledger.marks.items() if w[0] == member})
@@ -114,8 +124,12 @@ class OrderingNode(Elections, Replication, Admission):
                     return
                 self._replicate(heartbeat=True)
                 self._maybe_hand_over()
+                self._maybe_promote_learner()
         elif self._timer.expired():
-            self._start_pre_vote()
+            if self._is_voter():
+                self._start_pre_vote()
+            else:
+                self._timer.reset()  # a learner, or removed: it never campaigns
         self._flush_outbox()
 
     def offer(self, batch: OriginBatch) -> bool:
@@ -184,13 +198,22 @@ class OrderingNode(Elections, Replication, Admission):
         self._replication_due = True
 
     def receive(self, sender: str, message: Message) -> None:
-        if sender not in self.group.members or sender == self.member:
+        # Taken from anyone, as Raft does: a leader or candidate of a configuration we
+        # have not received yet is still one. A member removed cannot disturb: its
+        # campaigns need a pre-vote, refused while a live leader is heard, and its log
+        # lacks its own removal on every member that could vote for it.
+        if sender == self.member:
             return
         self._stirred = True
         self._heard_at[sender] = self._now
         if isinstance(message, RecoverRequest):
             reply = recover_reply(
-                self.term, self.log, self.commit_index, message, self.timing.max_recover_bytes
+                self.term,
+                self.log,
+                self.commit_index,
+                message,
+                self.timing.max_recover_bytes,
+                self._config_at(self.commit_index),
             )
             self._send(sender, reply)
             return
@@ -227,7 +250,7 @@ class OrderingNode(Elections, Replication, Admission):
             self._on_append(sender, message)
         elif isinstance(message, AppendReply):
             self._on_append_reply(sender, message)
-        elif message.term == self.term and self.role == Role.FOLLOWER:
+        elif message.term == self.term and self.role == Role.FOLLOWER and self._is_voter():
             self._campaign(transfer=True)  # TimeoutNow: the leader hands over to us
 
     # ------------------------------------------------------------------ outputs
@@ -283,11 +306,12 @@ class OrderingNode(Elections, Replication, Admission):
         timeout, a follower that hears such a leader (check-quorum makes a leader that
         lost its majority step down), or a member that hears a majority itself."""
         horizon = self._now - self.timing.election_ticks
+        config = self.config
         if self._tracker is not None:
-            return self._tracker.acked_since(horizon) + 1 >= self.group.quorum
+            return self._tracker.acked_since(horizon, config.voters) + 1 >= self._quorum()
         if self.leader is not None and self._heard_at.get(self.leader, NEVER) >= horizon:
             return True
-        return len(self.view()) >= self.group.quorum
+        return sum(1 for m in self.view() if config.is_voter(m)) >= self._quorum()
 
     def peer_match(self) -> dict[str, int]:
         """On a leader: how far each peer's log is known to match ours (else empty)."""

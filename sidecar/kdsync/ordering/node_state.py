@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from kdsync.ordering.configuration import Configuration
 from kdsync.ordering.election_timer import ElectionTimer
 from kdsync.ordering.events import OriginBatch
 from kdsync.ordering.group import GroupSpec, Timing
@@ -24,15 +25,28 @@ from kdsync.ordering.witness import WitnessRecovery
 class NodeState:
     """Fields of one member's ordering state machine (see ``OrderingNode``)."""
 
-    def __init__(self, member: str, group: GroupSpec, timing: Timing, incarnation: int) -> None:
-        if member not in group.members:
+    def __init__(
+        self,
+        member: str,
+        group: GroupSpec,
+        timing: Timing,
+        incarnation: int,
+        config: tuple[int, Configuration] | None = None,
+    ) -> None:
+        config_base = config or (0, Configuration(group.members, group.witnesses))
+        if member not in group.members and member not in config_base[1].members:
             raise ValueError(f"{member!r} is not a member of the group {list(group.members)}")
         self.member = member
-        self.group = group
+        self.group = group  # the startup file's: it seeds a new group's configuration
         self.timing = timing
         self.incarnation = incarnation
-        self.is_witness = group.is_witness(member)
-        self._peers = tuple(m for m in group.members if m != member)
+        self.is_witness = group.is_witness(member) or config_base[1].is_witness(member)
+        # Membership: the configuration at or below the compacted prefix (from the
+        # ledger, or the seed), then every membership change in the log after it, in
+        # order, committed or not. The latest is in force (``config``).
+        self._config_base = config_base
+        self._configs: list[tuple[int, Configuration]] = []
+        self._peers = tuple(m for m in config_base[1].members if m != member)
 
         self.term = 0
         self.voted_for: str | None = None
@@ -40,6 +54,10 @@ class NodeState:
         self.leader: str | None = None
         self.role = Role.FOLLOWER
         self.log = ReplicatedLog()
+        # (index, term) where our durable log starts: the ledger's applied entry at start.
+        # A member seeded by a backfill holds no entry at or below it, but a peer whose
+        # log ends exactly there still gets Appends from it (their prev_term).
+        self._log_start = (0, 0)
         self.commit_index = 0
         self.ledger: DeliveryLedger | None = None
         self._durable_applied = 0
@@ -66,6 +84,8 @@ class NodeState:
         self._heard_at: dict[str, int] = {}  # tick of the last message from each peer
         self._tracker: ProgressTracker | None = None  # while leading
         self._led_since = NEVER
+        self._term_start = 0  # as leader: the index of our term's first entry (its no-op)
+        self._leaving = False  # as leader: asked to remove ourselves, handing over first
         self._transfer_sent_at = NEVER
         # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
         # not appended again (it would only be dropped as a duplicate after ordering).
@@ -104,6 +124,67 @@ class NodeState:
         self._replication_due = True
         self._recovery: WitnessRecovery | None = None
 
+    # ------------------------------------------------------------------ membership
+
+    @property
+    def config(self) -> Configuration:
+        """The configuration in force: the latest in our log, committed or not."""
+        return self._configs[-1][1] if self._configs else self._config_base[1]
+
+    def _config_at(self, index: int) -> Configuration | None:
+        """The configuration in force at ``index``; None below what we still know
+        (changes before our base have left memory)."""
+        for at, config in reversed(self._configs):
+            if at <= index:
+                return config
+        return self._config_base[1] if index >= self._config_base[0] else None
+
+    def _configs_changed(self, first: int, entries: list[Entry]) -> None:
+        """Our log changed from ``first`` on (truncated there, then ``entries``
+        appended): drop the membership changes that went, take the new ones."""
+        before = self.config
+        self._configs = [(at, c) for at, c in self._configs if at < first]
+        self._configs.extend((e.index, e.config) for e in entries if e.config is not None)
+        if self.config != before:
+            self._config_in_force_changed()
+
+    def _forget_settled_configs(self) -> None:
+        """Membership changes at or below the compacted prefix: only the latest of them
+        is still needed, as the base."""
+        settled = [(at, c) for at, c in self._configs if at <= self.log.snapshot_index]
+        if settled:
+            self._config_base = settled[-1]
+            self._configs = self._configs[len(settled) :]
+
+    def _start_over_configs(self, index: int, config: Configuration | None) -> None:
+        """Our log now starts after ``index`` with nothing in it (a witness taking a
+        leader's committed prefix, or a recovery): ``config`` is the configuration in
+        force there, if the sender said (else the latest we held up to there)."""
+        before = self.config
+        if config is not None:
+            self._config_base = (index, config)
+            self._configs = []
+        else:
+            self._configs = [(at, c) for at, c in self._configs if at <= index]
+            self._forget_settled_configs()
+        if self.config != before:
+            self._config_in_force_changed()
+
+    def _config_in_force_changed(self) -> None:
+        config = self.config
+        self._peers = tuple(m for m in config.members if m != self.member)
+        if self._tracker is not None:
+            self._tracker.set_peers(self._peers, self.log.last_index + 1, self._now)
+        self._event("configuration", config.describe())
+
+    def _is_voter(self) -> bool:
+        return self.config.is_voter(self.member)
+
+    def _quorum(self) -> int:
+        """A majority of the voters in force: every count of votes, acknowledgements and
+        stored copies takes this one."""
+        return self.config.quorum
+
     # ------------------------------------------------------------------ plumbing
 
     def _send(self, peer: str, message: Message) -> None:
@@ -117,7 +198,9 @@ class NodeState:
         # the parts together, ``OrderingNode``, has them all).
 
         def _become_follower(self, term: int, leader: str | None, why: str) -> None: ...
-        def _transferring(self) -> bool: ...  # both in kdsync.ordering.elections
+        def _transferring(self) -> bool: ...
+        def _maybe_hand_over(self) -> None: ...  # all in kdsync.ordering.elections
         def _append_local(self, batch: OriginBatch | None) -> None: ...
-        def _track_uncommitted(self, entry: Entry) -> None: ...  # both in .replication
+        def _mark_persist(self, index: int) -> None: ...
+        def _track_uncommitted(self, entry: Entry) -> None: ...  # all in .replication
         def _flush_outbox(self) -> None: ...  # in kdsync.ordering.admission

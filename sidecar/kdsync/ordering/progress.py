@@ -94,20 +94,28 @@ class ProgressTracker:
     def __init__(self, peers: tuple[str, ...], next_index: int, now: int) -> None:
         self.peers = {p: Progress(next_index, progress_at=now) for p in peers}
 
+    def set_peers(self, peers: tuple[str, ...], next_index: int, now: int) -> None:
+        """The configuration changed: track new peers (probed from our end, like every
+        peer of a new leader), forget those that left."""
+        self.peers = {p: self.peers.get(p) or Progress(next_index, progress_at=now) for p in peers}
+
     def __getitem__(self, peer: str) -> Progress:
         return self.peers[peer]
 
     def matches(self) -> dict[str, int]:
         return {p: pr.match for p, pr in self.peers.items()}
 
-    def quorum_match(self, own_last: int, quorum: int) -> int:
-        """The highest index stored by a majority (ourselves included)."""
-        stored = sorted([own_last, *(pr.match for pr in self.peers.values())], reverse=True)
-        return stored[quorum - 1]
+    def quorum_match(self, own_last: int, voters: tuple[str, ...], me: str, quorum: int) -> int:
+        """The highest index stored by ``quorum`` of ``voters`` (ourselves included)."""
+        stored = sorted(
+            (own_last if m == me else self.peers[m].match for m in voters), reverse=True
+        )
+        return stored[quorum - 1] if quorum <= len(stored) else 0
 
-    def acked_since(self, tick: int) -> int:
-        """Peers that answered this term at or after ``tick``."""
-        return sum(1 for pr in self.peers.values() if pr.acked_at >= tick)
+    def acked_since(self, tick: int, voters: tuple[str, ...]) -> int:
+        """Voting peers that answered this term at or after ``tick``."""
+        peers = self.peers
+        return sum(1 for m in voters if m in peers and peers[m].acked_at >= tick)
 
     def durable_floor(self, data_members: tuple[str, ...], me: str, own_last: int) -> int:
         """Every data member has stored the log up to here."""

@@ -71,7 +71,7 @@ class Replication(NodeState):
         # The peer is behind our in-memory log: use entries read back from storage.
         upto = min(last, self.log.snapshot_index)
         loaded: list[Entry] = []
-        for index in range(max(1, first - 1), upto + 1):
+        for index in range(self._append_start(first), upto + 1):
             entry = self._loaded.get(index)
             if entry is None:
                 if index > first:
@@ -129,7 +129,7 @@ class Replication(NodeState):
         """Where each lagging peer's next Append (from its next - 1, whose term the
         Append carries) and our own applying go on from."""
         starts = (
-            [max(1, self._tracker[p].next - 1) for p in self._peers]
+            [self._append_start(self._tracker[p].next) for p in self._peers]
             if self._tracker is not None
             else []
         )
@@ -148,6 +148,12 @@ class Replication(NodeState):
                 needed.add(index)
         return needed
 
+    def _append_start(self, first: int) -> int:
+        """The first entry an Append from ``first`` needs: the one before it (its term
+        is the Append's prev_term), unless that is where our log starts, whose term we
+        know without it (a member seeded by a backfill holds no entry there)."""
+        return first if first - 1 == self._log_start[0] else max(1, first - 1)
+
     def _committed_entry(self, index: int) -> Entry | None:
         """A committed entry to apply, or None while it is read back from storage."""
         if index > self.log.snapshot_index:
@@ -163,6 +169,8 @@ class Replication(NodeState):
         term = self.log.term_at(index)
         if term is None and index in self._loaded:
             term = self._loaded[index].term
+        if term is None and index == self._log_start[0]:
+            term = self._log_start[1]
         return term
 
     def _send_append(self, peer: str, entries: list[Entry], prev_index: int) -> bool:
@@ -170,6 +178,7 @@ class Replication(NodeState):
         prev_term = self._term_of(prev_index)
         if prev_term is None:
             return False
+        witness = self.config.is_witness(peer)
         self._send(
             peer,
             Append(
@@ -180,6 +189,7 @@ class Replication(NodeState):
                 self.commit_index,
                 self.incarnation,
                 self._all_durable,
+                self._config_at(prev_index) if witness else None,
             ),
         )
         progress = self._tracker[peer]
@@ -206,7 +216,7 @@ class Replication(NodeState):
                 stalled = self._now - pr.progress_at >= patience
                 if pr.state == ProgressState.REPLICATE and stalled and pr.match < last:
                     pr.become_probe(self._probe_floor(peer))
-            if self.group.is_witness(peer) and pr.next <= self.log.snapshot_index:
+            if self.config.is_witness(peer) and pr.next <= self.log.snapshot_index:
                 # A witness needs no history, only our log's shape: it takes our compacted
                 # (committed) prefix as its own and continues from there.
                 pr.next = self.log.snapshot_index + 1
@@ -271,6 +281,7 @@ class Replication(NodeState):
                 # settled: a witness, which applies nothing, takes it as its new start.
                 self.log.reset(prev_index, prev_term, [])
                 self.commit_index = prev_index
+                self._start_over_configs(prev_index, append.config)
             else:
                 hint = min(self.log.last_index, prev_index - 1)
                 self._send(
@@ -289,6 +300,7 @@ class Replication(NodeState):
         changed = self.log.merge(entries)
         if changed is not None:
             self._mark_persist(changed)
+            self._configs_changed(changed, [e for e in entries if e.index >= changed])
         committed = self.commit_index
         for entry in entries:
             # Only entries not yet committed: an old Append seen again must not mark a
@@ -325,6 +337,8 @@ class Replication(NodeState):
         tracker = self._tracker
         if tracker is None or reply.term != self.term or reply.incarnation != self.incarnation:
             return
+        if peer not in tracker.peers:
+            return  # removed from the group since we sent to it
         pr = tracker[peer]
         self._replication_due = True
         if pr.incarnation is not None and pr.incarnation != reply.peer_incarnation:
@@ -360,13 +374,15 @@ class Replication(NodeState):
                 pr.probe_sent = True
 
     def _probe_floor(self, peer: str) -> int:
-        return 0 if self.group.is_witness(peer) else min(self._all_durable, self.commit_index)
+        return 0 if self.config.is_witness(peer) else min(self._all_durable, self.commit_index)
 
     # ------------------------------------------------------------------ commit
 
     def _leader_commit(self) -> None:
         assert self._tracker is not None
-        majority_index = self._tracker.quorum_match(self._own_durable(), self.group.quorum)
+        majority_index = self._tracker.quorum_match(
+            self._own_durable(), self.config.voters, self.member, self._quorum()
+        )
         # Only entries of the current term commit by counting (Raft, figure 8).
         if majority_index > self.commit_index and self.log.term_at(majority_index) == self.term:
             self._advance_commit(majority_index)
@@ -388,7 +404,7 @@ class Replication(NodeState):
         if self._tracker is None:
             return
         durable = self._tracker.durable_floor(
-            self.group.data_members, self.member, self._own_durable()
+            self.config.data_members, self.member, self._own_durable()
         )
         self._all_durable = max(self._all_durable, durable)
 
@@ -435,6 +451,7 @@ class Replication(NodeState):
                 upto = max(upto, min(over, self.commit_index, self._durable_end()))
         if upto > self.log.snapshot_index:
             self.log.compact(upto)
+            self._forget_settled_configs()
         if self._loaded:
             self._forget_loaded()
 

@@ -7,6 +7,12 @@ and neither votes nor acknowledges until *all* of them have answered. It then ad
   voted in it before it lost its memory);
 - the most up-to-date of their logs (above that member's commit index) as its own.
 
+"Every other member" is every voter of the newest configuration the answers show, and of
+the newest one they show committed (each answer says its sender's configuration at its
+commit index, and its log may hold later ones), asked again until no new member turns
+up: a member added lately may be the candidate the witness voted for before it lost its
+memory.
+
 An answer is bounded in bytes like every peer message; a longer log comes in parts
 (``WitnessRecovery``).
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kdsync.ordering.configuration import Configuration
 from kdsync.ordering.log import Entry, ReplicatedLog
 from kdsync.ordering.messages import RecoverReply, RecoverRequest
 
@@ -29,15 +36,22 @@ class RecoveredWitness:
     commit_index: int
     commit_term: int
     entries: tuple[Entry, ...]  # the log after commit_index
+    config: Configuration | None  # in force at commit_index (None: the seed's)
 
 
 def recover_reply(
-    term: int, log: ReplicatedLog, commit_index: int, request: RecoverRequest, max_bytes: int
+    term: int,
+    log: ReplicatedLog,
+    commit_index: int,
+    request: RecoverRequest,
+    max_bytes: int,
+    config: Configuration | None,
 ) -> RecoverReply:
     """Any member's answer to a recovering witness: its term and its log after its
     commit index, or after the request's ``after_index`` when our log still holds that
     entry with ``after_term`` (by Raft's log matching, everything before it then matches
-    what the witness holds too). At most ``max_bytes`` of batches (at least one entry)."""
+    what the witness holds too). At most ``max_bytes`` of batches (at least one entry).
+    ``config`` is the sender's configuration in force at its commit index."""
     commit_term = log.term_at(commit_index)
     assert commit_term is not None
     prev_index, prev_term = commit_index, commit_term
@@ -48,7 +62,15 @@ def recover_reply(
     end = max(log.index_after_bytes(prev_index + 1, max_bytes), min(prev_index + 1, last))
     entries = tuple(log.slice(prev_index + 1, end))
     return RecoverReply(
-        term, request.nonce, commit_index, commit_term, entries, prev_index, prev_term, end < last
+        term,
+        request.nonce,
+        commit_index,
+        commit_term,
+        entries,
+        prev_index,
+        prev_term,
+        end < last,
+        config,
     )
 
 
@@ -58,7 +80,15 @@ class _Answer:
     commit_index: int
     commit_term: int
     entries: list[Entry]
+    config: Configuration | None
     parts: int = 1
+
+    def configs(self) -> list[tuple[int, Configuration]]:
+        """(index, configuration) this answer shows: the sender's at its commit index,
+        then the membership changes in its log after it."""
+        found = [(self.commit_index, self.config)] if self.config is not None else []
+        found.extend((e.index, e.config) for e in self.entries if e.config is not None)
+        return found
 
     def last(self) -> tuple[int, int]:
         """(index, term) of the last entry received, or of the commit point."""
@@ -82,23 +112,69 @@ class WitnessRecovery:
     one message are forgotten and asked for again, fresher; answers that took several
     parts, and parts received so far, are kept, or a large answer might never complete
     within one re-ask period. Keeping one is safe: it was given after this witness
-    started, which is all the recovery needs (logs and terms only move forward).
+    started, which is all the recovery needs (logs and terms only move forward). A kept
+    answer is asked for afresh too, and replaced once the fresh one is complete: the
+    members it names may have left the group since.
     """
 
-    def __init__(self, peers: tuple[str, ...], nonce: int) -> None:
-        self._peers = peers
+    def __init__(self, peers: tuple[str, ...], nonce: int, me: str) -> None:
+        self._seed = peers  # from the startup file, until an answer says who is in
+        self._me = me
         self._nonce = nonce
         self._complete: dict[str, _Answer] = {}
         self._partial: dict[str, _Answer] = {}
+        self._asked: set[str] = set()
+        self._named_before: set[str] = set()
+        self._refreshing: set[str] = set()  # complete answers asked for afresh
 
     def requests(self, term: int) -> list[tuple[str, RecoverRequest]]:
         """(Re)ask everyone whose answer is not complete: from the start, or after what
         came so far (a message may have been lost)."""
+        # Who the answers dropped here named stays asked until the fresh answers are in:
+        # a member named only by a stale answer drops out after one more re-ask.
+        self._named_before = self._named()
         for peer in [p for p, answer in self._complete.items() if answer.parts == 1]:
             del self._complete[peer]
-        return [
-            (peer, self._request(term, peer)) for peer in self._peers if peer not in self._complete
+        # Answers that took parts are kept, but asked for afresh too and replaced once
+        # the fresh one is complete: a kept one may name members that have left since.
+        self._refreshing = set(self._complete)
+        asking = [
+            peer
+            for peer in self._waiting_on()
+            if peer not in self._complete or peer in self._refreshing
         ]
+        self._asked.update(asking)
+        return [(peer, self._request(term, peer)) for peer in asking]
+
+    def new_requests(self, term: int) -> list[tuple[str, RecoverRequest]]:
+        """Ask at once the members an answer named for the first time."""
+        asking = [peer for peer in self._waiting_on() if peer not in self._asked]
+        self._asked.update(asking)
+        return [(peer, self._request(term, peer)) for peer in asking]
+
+    def _named(self) -> set[str]:
+        """The voters of the newest configuration the complete answers show, and of the
+        newest one known committed (should the newer be truncated). Members of older
+        configurations left the group: a member removed and stopped must not keep the
+        witness waiting, named by an answer it gave before."""
+        answers = list(self._complete.values())
+        shown = [c for a in answers for c in a.configs()]
+        committed = [(a.commit_index, a.config) for a in answers if a.config is not None]
+        if not shown:
+            return set()
+        newest = max(shown, key=lambda c: c[0])[1]
+        named = set(newest.voters)
+        if committed:
+            named |= set(max(committed, key=lambda c: c[0])[1].voters)
+        return named
+
+    def _waiting_on(self) -> list[str]:
+        """Every voter of every configuration the answers show (the startup file's
+        members until one shows any), in a stable order."""
+        named = self._named() | self._named_before
+        if not named:
+            named = set(self._seed)
+        return sorted(named - {self._me})
 
     def _request(self, term: int, peer: str) -> RecoverRequest:
         partial = self._partial.get(peer)
@@ -112,7 +188,9 @@ class WitnessRecovery:
     ) -> RecoveredWitness | RecoverRequest | None:
         """The recovered state once every answer is complete; the request for the next
         part when this one says there is more; else None."""
-        if reply.nonce != self._nonce or sender in self._complete:
+        if reply.nonce != self._nonce or (
+            sender in self._complete and sender not in self._refreshing
+        ):
             return None
         partial = self._partial.get(sender)
         if partial is not None and (reply.prev_index, reply.prev_term) == partial.last():
@@ -121,7 +199,11 @@ class WitnessRecovery:
             partial.parts += 1
         elif reply.prev_index == reply.commit_index:
             partial = _Answer(
-                reply.term, reply.commit_index, reply.commit_term, list(reply.entries)
+                reply.term,
+                reply.commit_index,
+                reply.commit_term,
+                list(reply.entries),
+                reply.config,
             )
         else:
             return None  # a part continuing something we no longer hold
@@ -130,10 +212,15 @@ class WitnessRecovery:
             return self._request(term, sender)
         self._partial.pop(sender, None)
         self._complete[sender] = partial
-        if any(m not in self._complete for m in self._peers):
+        self._refreshing.discard(sender)
+        if any(m not in self._complete for m in self._waiting_on()):
             return None
         answers = list(self._complete.values())
         best = max(answers, key=_Answer.freshness)
         return RecoveredWitness(
-            max(a.term for a in answers), best.commit_index, best.commit_term, tuple(best.entries)
+            max(a.term for a in answers),
+            best.commit_index,
+            best.commit_term,
+            tuple(best.entries),
+            best.config,
         )

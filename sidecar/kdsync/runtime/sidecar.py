@@ -383,7 +383,7 @@ class Sidecar:
         m.is_leader.set(1 if status.role == Role.LEADER else 0)
         view = node.view()
         m.view_size.set(len(view))
-        for member in node.group.members:
+        for member in node.config.members:
             m.view_member.labels(member).set(1 if member in view else 0)
         m.commit_index.set(status.commit_index)
         m.applied_index.set(driver.state.durable_applied)

@@ -27,9 +27,11 @@ def check_properties(
     globals_by_member: dict[str, dict[str, list[DeliveredEvent]]],
     sources: dict[EventId, SourceEvent],
     require_complete: bool,
+    partial: frozenset[str] = frozenset(),
 ) -> list[Violation]:
     """Agreement, exactly-once, origin order, gapless sequence and fidelity always;
-    completeness (no loss) only when ``require_complete`` (after the group has healed)."""
+    completeness (no loss) only when ``require_complete`` (after the group has healed),
+    and not of the members in ``partial`` (removed from the group: a prefix is theirs)."""
     violations: list[Violation] = []
     topics = {t for per_member in globals_by_member.values() for t in per_member}
     for topic in sorted(topics):
@@ -53,12 +55,14 @@ def check_properties(
         if require_complete:
             expected = sum(1 for (_, t, _, _) in sources if t == topic)
             for member, stream in streams.items():
-                if len(stream) != expected:
+                if len(stream) != expected and member not in partial:
                     violations.append(
                         Violation("loss", member, f"{topic} holds {len(stream)} of {expected}")
                     )
     if require_complete:
         for member, per_member in globals_by_member.items():
+            if member in partial:
+                continue
             for topic in {t for (_, t, _, _) in sources} - set(per_member):
                 violations.append(Violation("loss", member, f"{topic} has nothing delivered"))
     return violations

@@ -22,7 +22,7 @@ import random
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kdsync.driver import (
     FRAMES_PER_TURN,
@@ -33,6 +33,7 @@ from kdsync.driver import (
     WriteFailure,
 )
 from kdsync.ordering import (
+    Configuration,
     DeliveredEvent,
     Delivery,
     Entry,
@@ -73,6 +74,31 @@ class SimKafka:
     committed: dict[SourcePartition, int] = field(default_factory=dict)  # consumer group
     # Source offsets committed beyond what T-global holds (must never happen).
     positions_ahead: list[str] = field(default_factory=list)
+    trimmed_below: int = 0  # the internal log topic holds nothing below this index
+    # Every ledger committed, oldest first: the ledger topic's history, which a
+    # backfill reads to start a new member at an earlier point than the latest.
+    ledger_history: list[LedgerState] = field(default_factory=lambda: [LedgerState()])
+
+    def backfill_copy(self, at_most: int, seed: Configuration) -> SimKafka | None:
+        """What a backfill job gives a new member from this one: its latest ledger at
+        or below applied index ``at_most`` and its global topics up to that ledger's
+        sequence numbers (the ledger describes them exactly), nothing else. The ledger
+        says the configuration in force there, ``seed`` (this member's startup file's)
+        if no change was applied yet: the new member must not take its own startup
+        file, which names it, for the group it joins."""
+        fit = [state for state in self.ledger_history if state.applied_index <= at_most]
+        if not fit:
+            return None
+        ledger = fit[-1]
+        if ledger.config is None:
+            ledger = replace(ledger, config=seed, config_index=0)
+        return SimKafka(
+            ledger=ledger,
+            globals={
+                topic: stream[: ledger.next_seq.get(topic, 0)]
+                for topic, stream in self.globals.items()
+            },
+        )
 
     def recovered(self) -> RecoveredState:
         """What the sidecar reads back: as kdsync.kafka.log_store does, only the entries
@@ -96,6 +122,7 @@ class SimKafka:
             for delivered in delivery.events:
                 self.globals.setdefault(delivered.topic, []).append(delivered)
         self.ledger = ledger
+        self.ledger_history.append(ledger)
 
     def commit_positions(self, member: str, positions: Mapping[SourcePartition, int]) -> None:
         marks = self.ledger.positions_of(member)
@@ -141,6 +168,7 @@ class SimMember:
         limits: DriverLimits,
         costs: SimCosts | None = None,
         driver_factory: DriverFactory = production_driver,
+        kafka: SimKafka | None = None,
     ) -> None:
         self.name = name
         self.group = group
@@ -153,7 +181,7 @@ class SimMember:
         self.limits = limits
         self.costs = costs or SimCosts()
         self.is_witness = group.is_witness(name)
-        self.kafka = SimKafka()
+        self.kafka = kafka or SimKafka()
         self.driver: MemberDriver | None = None
         self.crash_in_ready = 0.0  # chance to die when an operation completes
         self.refusing = False  # T-global refuses every transaction: the member halts
@@ -334,6 +362,7 @@ class _SimLogPort:
     def trim(self, below_index: int) -> None:
         kafka = self.m.kafka
         kafka.log = [e for e in kafka.log if e.index >= below_index]
+        kafka.trimmed_below = max(kafka.trimmed_below, below_index)
 
 
 class _SimDeliveryPort:

@@ -5,9 +5,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from kdsync.ordering import OrderingNode, Role, SourceEvent
+from kdsync.ordering import GroupSpec, OrderingNode, Role, SourceEvent
 from kdsync.simulation.checker import EventId, Violation, check_properties
-from kdsync.simulation.member import DriverFactory, NodeFactory, SimMember, production_driver
+from kdsync.simulation.member import (
+    DriverFactory,
+    NodeFactory,
+    SimKafka,
+    SimMember,
+    production_driver,
+)
+from kdsync.simulation.membership import MembershipOperator
 from kdsync.simulation.network import LinkFaults, SimNetwork
 from kdsync.simulation.scenario import HALT_TRAFFIC_TICKS, TRIGGER_TICKS, Fault, Scenario
 
@@ -45,10 +52,11 @@ def run_scenario(
 ) -> Outcome:
     rng = random.Random(scenario.seed ^ 0x5EED)
     network = SimNetwork(random.Random(rng.getrandbits(64)), scenario.link)
-    members = {
-        name: SimMember(
+
+    def new_member(name: str, group: GroupSpec, kafka: SimKafka | None = None) -> SimMember:
+        return SimMember(
             name,
-            scenario.group,
+            group,
             scenario.timing,
             network,
             random.Random(rng.getrandbits(64)),
@@ -57,9 +65,10 @@ def run_scenario(
             scenario.limits,
             scenario.costs.get(name),
             driver_factory,
+            kafka,
         )
-        for name in scenario.group.members
-    }
+
+    members = {name: new_member(name, scenario.group) for name in scenario.group.members}
     data_members = [m for m in members.values() if not m.is_witness]
     sources: dict[EventId, SourceEvent] = {}
     next_offset: dict[tuple[str, str, int], int] = {}
@@ -75,8 +84,30 @@ def run_scenario(
     order = list(members.values())
     clock = [0]
 
+    def start_member(name: str, group: GroupSpec, kafka: SimKafka | None) -> SimMember:
+        """A member added by a membership change (its sources start empty)."""
+        member = new_member(name, group, kafka)
+        members[name] = member
+        order.append(member)
+        if not member.is_witness:
+            member.crash_in_ready = (
+                scenario.crash_in_ready if clock[0] < scenario.fault_ticks else 0.0
+            )
+            data_members.append(member)
+            for topic, partitions in scenario.topics:
+                for partition in range(partitions):
+                    member.kafka.sources[(topic, partition)] = []
+                    next_offset[(name, topic, partition)] = 0
+        return member
+
+    operator = MembershipOperator(scenario.membership, members, start_member)
+
+    def staying(candidates: list[SimMember]) -> list[SimMember]:
+        """Leaving the group (or gone): no new events, nothing owed to it at the end."""
+        return [m for m in candidates if m.name not in operator.leaving]
+
     def produce(at: list[SimMember]) -> None:
-        for member in at:
+        for member in staying(at):
             for (topic, partition), events in member.kafka.sources.items():
                 if rng.random() >= scenario.produce_rate:
                     continue
@@ -98,8 +129,10 @@ def run_scenario(
     def step() -> None:
         clock[0] += 1
         now = clock[0]
+        operator.drive(now)
         for sender, receiver, frame in network.due(now):
-            members[receiver].deliver(sender, frame)
+            if receiver in members:  # (a member added but not started yet: lost)
+                members[receiver].deliver(sender, frame)
         for member in order:
             member.step(now)
         if armed:
@@ -112,11 +145,27 @@ def run_scenario(
             step()
             if (
                 waited % 10 == 0
-                and _complete(must_complete, len(sources))
+                and not operator.pending
+                and _complete(staying(must_complete), expected_total())
                 and not (recovered and _recovering(order))
             ):
                 return waited
         return None
+
+    def expected_total() -> int:
+        """Every event of a member staying; of one leaving, those the group ordered
+        (what the longest stream of a staying member holds: the rest never will be)."""
+        if not operator.leaving:
+            return len(sources)
+        staying_count = sum(1 for key in sources if key[0] not in operator.leaving)
+        ordered = max(
+            (
+                sum(1 for s in m.kafka.globals.values() for d in s if d.origin in operator.leaving)
+                for m in staying(data_members)
+            ),
+            default=0,
+        )
+        return staying_count + ordered
 
     # Phase 1: the faulty phase, with traffic into every origin.
     while clock[0] < scenario.fault_ticks:
@@ -125,7 +174,7 @@ def run_scenario(
             if fault.kind in _Armed.KINDS:
                 armed.append(_Armed.arm(fault, members, clock[0] + TRIGGER_TICKS))
             else:
-                _apply_fault(fault, members, network)
+                _apply_fault(fault, members, network, operator.removed)
         produce(data_members)
         step()
     committed = max((m.node.status().commit_index for m in order if m.node is not None), default=0)
@@ -138,17 +187,19 @@ def run_scenario(
     network.faults = LinkFaults(max_delay=scenario.link.max_delay, reorder=0.01)
     for member in order:
         member.crash_in_ready = 0.0
-        if not member.up:
+        if not member.up and member.name not in operator.removed:
             member.start()
     # A restarted witness rejoins only when every member answers (docs/ordering.md), so
     # the minority goes down below only once the witnesses have recovered.
     settled_after = settle(data_members, recovered=bool(scenario.minority_down))
     progress: list[str] = []
     if settled_after is None:
-        progress.append(f"not complete {scenario.settle_ticks} ticks after healing")
-    elif scenario.minority_down:
+        pending = [f"{s.kind} {s.member}" for s in operator.pending]
+        waiting = f" (membership changes not done: {pending})" if pending else ""
+        progress.append(f"not complete {scenario.settle_ticks} ticks after healing{waiting}")
+    elif minority_down := _minority_down(scenario.minority_down, operator, members):
         # Phase 3: a minority stops; the rest keep replicating new traffic among themselves.
-        down = [members[name] for name in scenario.minority_down]
+        down = [members[name] for name in minority_down]
         for member in down:
             member.crash()
         up = [m for m in data_members if m.up]
@@ -156,20 +207,20 @@ def run_scenario(
             produce(up)
             step()
         if settle(up) is None:
-            progress.append(f"{sorted(scenario.minority_down)} down: the majority stalled")
+            progress.append(f"{sorted(minority_down)} down: the majority stalled")
         # Phase 4: the minority returns and catches up.
         for member in down:
             member.start()
         if not progress and settle(data_members) is None:
-            progress.append(f"{sorted(scenario.minority_down)} did not catch up after return")
-    if scenario.halted is not None and not progress:
+            progress.append(f"{sorted(minority_down)} did not catch up after return")
+    if scenario.halted is not None and scenario.halted not in operator.leaving and not progress:
         # Phase 5: one member's T-global refuses every write. It keeps ordering (it votes,
         # stores, may lead) and offering its own events; the others deliver them all.
         # Traffic runs over the scenario's own faulty links, and the halted member may
         # restart in the middle of it, still halted.
         halted = members[scenario.halted]
         halted.refusing = True
-        others = [m for m in data_members if m is not halted]
+        others = [m for m in staying(data_members) if m is not halted]
         network.faults = scenario.link
         restart_at = scenario.halted_restart_at  # down for 5 ticks, within the traffic
         for tick in range(HALT_TRAFFIC_TICKS):
@@ -187,7 +238,19 @@ def run_scenario(
             progress.append(f"{halted.name} did not catch up once its T-global took writes")
 
     globals_by_member = {m.name: m.kafka.globals for m in data_members}
-    violations = check_properties(globals_by_member, sources, require_complete=True)
+    # A member that left holds a prefix of the stream; events of its own that the group
+    # never ordered are owed to nobody.
+    ordered = {
+        (d.origin, d.topic, d.partition, d.event.offset)
+        for m in staying(data_members)
+        for stream in m.kafka.globals.values()
+        for d in stream
+        if d.origin in operator.leaving
+    }
+    expected = {k: e for k, e in sources.items() if k[0] not in operator.leaving or k in ordered}
+    violations = check_properties(
+        globals_by_member, expected, require_complete=True, partial=frozenset(operator.leaving)
+    )
     for member in data_members:
         violations.extend(
             Violation("positions-ahead", member.name, text)
@@ -208,7 +271,26 @@ def run_scenario(
     )
 
 
-def _apply_fault(fault: Fault, members: dict[str, SimMember], network: SimNetwork) -> None:
+def _minority_down(
+    planned: tuple[str, ...], operator: MembershipOperator, members: dict[str, SimMember]
+) -> list[str]:
+    """The planned minority, less members that left; fewer if the group shrank, so that
+    a majority of the voters in force stays up."""
+    # The configuration of the staying member furthest along (one that left may not
+    # know it did).
+    nodes = [
+        m.node for name, m in members.items() if m.node is not None and name not in operator.leaving
+    ]
+    if not nodes:
+        return []
+    config = max(nodes, key=lambda node: node.commit_index).config
+    down = [n for n in planned if n in config.voters and n not in operator.leaving]
+    return down[: (len(config.voters) - 1) // 2]
+
+
+def _apply_fault(
+    fault: Fault, members: dict[str, SimMember], network: SimNetwork, removed: set[str]
+) -> None:
     if fault.kind in ("crash-leader", "isolate-leader"):
         leader = _leader(members)
         if leader is None:
@@ -218,7 +300,11 @@ def _apply_fault(fault: Fault, members: dict[str, SimMember], network: SimNetwor
         else:
             network.partition({leader}, set(members) - {leader})
     elif fault.kind == "restart-oldest":
-        down = [(member.down_since, name) for name, member in members.items() if not member.up]
+        down = [
+            (member.down_since, name)
+            for name, member in members.items()
+            if not member.up and name not in removed
+        ]
         if down:
             members[min(down)[1]].start()
     elif fault.kind == "crash":
@@ -226,7 +312,7 @@ def _apply_fault(fault: Fault, members: dict[str, SimMember], network: SimNetwor
             members[name].crash()
     elif fault.kind == "restart":
         for name in fault.members:
-            if not members[name].up:
+            if not members[name].up and name not in removed:
                 members[name].start()
     elif fault.kind == "partition":
         network.partition(set(fault.members), set(fault.other_side))

@@ -26,6 +26,16 @@ class Fault:
     other_side: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class MembershipStep:
+    """From tick ``at`` on: "add-data" (a learner, then a voter), "add-witness" or
+    "remove" ``member``; each step starts once the one before it is done."""
+
+    at: int
+    kind: str
+    member: str
+
+
 TRIGGER_TICKS = 200  # an armed fault whose event does not come by then is dropped
 HALT_TRAFFIC_TICKS = 40  # ticks of traffic while a member is halted
 
@@ -53,11 +63,13 @@ class Scenario:
     costs: dict[str, SimCosts] = field(default_factory=dict)  # by member; default: free
     burst: int = 1  # events per source partition each time one is produced
     shape: str = "faults"  # or "overload", "churn"
+    membership: tuple[MembershipStep, ...] = ()
 
     def describe(self) -> str:
         witnesses = f" witnesses={sorted(self.group.witnesses)}" if self.group.witnesses else ""
+        changes = "".join(f" {s.kind}={s.member}@{s.at}" for s in self.membership)
         return (
-            f"seed={self.seed} {self.shape} members={len(self.group.members)}{witnesses} "
+            f"seed={self.seed} {self.shape} members={len(self.group.members)}{witnesses}{changes} "
             f"faults={len(self.faults)} down-after={list(self.minority_down)} "
             f"halted-after={self.halted} restart-halted={self.halted_restart_at} "
             f"drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
@@ -99,7 +111,62 @@ def make_scenario(seed: int) -> Scenario:
     halt = random.Random(f"halt-{seed}")
     halted = halt.choice(scenario.group.data_members) if halt.random() < 0.3 else None
     restart_at = halt.randint(0, HALT_TRAFFIC_TICKS - 10) if halt.random() < 0.5 else None
-    return replace(scenario, timing=timing, halted=halted, halted_restart_at=restart_at)
+    # In three in ten, members are added and removed during the faulty phase (drawn
+    # apart, as above): the checks hold over every configuration the group goes through.
+    changes = random.Random(f"membership-{seed}")
+    membership: tuple[MembershipStep, ...] = ()
+    settle = scenario.settle_ticks
+    if changes.random() < 0.3:
+        membership = _membership_plan(changes, scenario.group, scenario.fault_ticks)
+        # Each change waits for an election or a catch-up at worst.
+        settle += len(membership) * 40 * timing.election_ticks
+    return replace(
+        scenario,
+        timing=timing,
+        halted=halted,
+        halted_restart_at=restart_at,
+        membership=membership,
+        settle_ticks=settle,
+    )
+
+
+def _membership_plan(
+    rng: random.Random, group: GroupSpec, fault_ticks: int
+) -> tuple[MembershipStep, ...]:
+    """One to three changes, each keeping at least two voters and more data voters than
+    witnesses, the group at most 7 strong. New members are named on from the last."""
+    voters = list(group.members)
+    witnesses = set(group.witnesses)
+    named = len(voters)
+    steps: list[MembershipStep] = []
+    for _ in range(rng.randint(1, 3)):
+        data_voters = [m for m in voters if m not in witnesses]
+        options: list[str] = []
+        if len(voters) < 7:
+            options.append("add-data")
+            if len(witnesses) + 1 < len(data_voters):
+                options.append("add-witness")
+        removable = [
+            m
+            for m in voters
+            if len(voters) > 2 and (m in witnesses or len(data_voters) - 1 > len(witnesses))
+        ]
+        if removable:
+            options += ["remove", "remove"]
+        kind = rng.choice(options)
+        if kind == "remove":
+            member = rng.choice(removable)
+            voters.remove(member)
+            witnesses.discard(member)
+        else:
+            member = f"m{named}"
+            named += 1
+            voters.append(member)
+            if kind == "add-witness":
+                witnesses.add(member)
+        steps.append(MembershipStep(rng.randint(fault_ticks // 10, fault_ticks), kind, member))
+    ats = sorted(step.at for step in steps)
+    return tuple(replace(step, at=at) for step, at in zip(steps, ats, strict=True))
 
 
 def _group(rng: random.Random, sizes: tuple[int, ...]) -> GroupSpec:

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import struct
 
+from kdsync.ordering.configuration import Configuration
 from kdsync.ordering.events import EVENT_OVERHEAD_BYTES, Header, OriginBatch, SourceEvent
 from kdsync.ordering.log import Entry
-from kdsync.wire_format.envelope import bad_flag, bad_length
+from kdsync.wire_format.envelope import WireFormatError, bad_flag, bad_length
 
 _ENTRY = struct.Struct(">qqB")
 _BATCH = struct.Struct(">iqqBIII")
 _EVENT = struct.Struct(">qqiiI")
 _HEADER = struct.Struct(">Ii")
+_CONFIG_HEAD = struct.Struct(">HHH")  # voters, witnesses, learners
+_NAME = struct.Struct(">H")
+# An entry's kind: a no-op, an origin batch, or a membership change (a configuration).
+_NO_OP, _BATCH_ENTRY, _CONFIG_ENTRY = 0, 1, 2
+_HAS_CONFIG = b"\x01"
 # A NamedTuple's own constructor is a Python function; tuple.__new__ builds the same
 # object about 3x faster, which counts once per event decoded.
 new_tuple = tuple.__new__
@@ -90,11 +96,37 @@ def put_entries(parts: list[bytes], entries: tuple[Entry, ...]) -> None:
     pack_entry = _ENTRY.pack
     for entry in entries:
         batch = entry.batch
-        if batch is None:
-            parts.append(pack_entry(entry.index, entry.term, 0))
-        else:
-            parts.append(pack_entry(entry.index, entry.term, 1))
+        if batch is not None:
+            parts.append(pack_entry(entry.index, entry.term, _BATCH_ENTRY))
             put_batch(parts, batch)
+        elif entry.config is not None:
+            parts.append(pack_entry(entry.index, entry.term, _CONFIG_ENTRY))
+            put_configuration(parts, entry.config)
+        else:
+            parts.append(pack_entry(entry.index, entry.term, _NO_OP))
+
+
+def put_optional_configuration(parts: list[bytes], config: Configuration | None) -> None:
+    """A configuration some messages and records may end with (earlier releases' end
+    before it), after a marker byte: anything else there stays unexpected trailing data."""
+    if config is not None:
+        parts.append(_HAS_CONFIG)
+        put_configuration(parts, config)
+
+
+def take_optional_configuration(data: bytes, pos: int) -> tuple[Configuration | None, int]:
+    if data[pos : pos + 1] != _HAS_CONFIG:
+        return None, pos
+    return take_configuration(data, pos + 1)
+
+
+def put_configuration(parts: list[bytes], config: Configuration) -> None:
+    witnesses = sorted(config.witnesses)
+    parts.append(_CONFIG_HEAD.pack(len(config.voters), len(witnesses), len(config.learners)))
+    for name in (*config.voters, *witnesses, *config.learners):
+        encoded = name.encode()
+        parts.append(_NAME.pack(len(encoded)))
+        parts.append(encoded)
 
 
 # -- decoding ---------------------------------------------------------------------------
@@ -176,13 +208,34 @@ def take_entries(data: bytes, pos: int, count: int) -> tuple[tuple[Entry, ...], 
     entry_size = _ENTRY.size
     entries: list[Entry] = []
     for _ in range(count):
-        index, term, has_batch = unpack_entry(data, pos)
+        index, term, kind = unpack_entry(data, pos)
         pos += entry_size
-        if has_batch == 1:
+        if kind == _BATCH_ENTRY:
             batch, pos = take_batch(data, pos)
             entries.append(Entry(index, term, batch))
-        elif has_batch == 0:
+        elif kind == _NO_OP:
             entries.append(Entry(index, term, None))
+        elif kind == _CONFIG_ENTRY:
+            config, pos = take_configuration(data, pos)
+            entries.append(Entry(index, term, None, config))
         else:
-            raise bad_flag("entry 'has_batch'", has_batch)
+            raise WireFormatError(
+                f"entry kind must be 0 (no-op), 1 (batch) or 2 (membership change), got {kind}"
+            )
     return tuple(entries), pos
+
+
+def take_configuration(data: bytes, pos: int) -> tuple[Configuration, int]:
+    counts = _CONFIG_HEAD.unpack_from(data, pos)
+    pos += _CONFIG_HEAD.size
+    groups: list[tuple[str, ...]] = []
+    for count in counts:
+        names: list[str] = []
+        for _ in range(count):
+            (length,) = _NAME.unpack_from(data, pos)
+            pos += _NAME.size
+            names.append(data[pos : pos + length].decode())
+            pos += length
+        groups.append(tuple(names))
+    voters, witnesses, learners = groups
+    return Configuration(voters, frozenset(witnesses), learners), pos

@@ -20,7 +20,14 @@ from kdsync.ordering.messages import (
     VoteReply,
     VoteRequest,
 )
-from kdsync.wire_format.batches import put_batch, put_entries, take_batch, take_entries
+from kdsync.wire_format.batches import (
+    put_batch,
+    put_entries,
+    put_optional_configuration,
+    take_batch,
+    take_entries,
+    take_optional_configuration,
+)
 from kdsync.wire_format.envelope import (
     FORMAT_VERSION,
     TAG_APPEND,
@@ -85,6 +92,7 @@ def _encode_append(m: Append) -> bytes:
         )
     ]
     put_entries(parts, m.entries)
+    put_optional_configuration(parts, m.config)
     return b"".join(parts)
 
 
@@ -161,6 +169,7 @@ def _encode_recover_reply(m: RecoverReply) -> bytes:
         )
     parts = [head]
     put_entries(parts, m.entries)
+    put_optional_configuration(parts, m.config)
     return b"".join(parts)
 
 
@@ -210,7 +219,9 @@ def _decode_append(data: bytes) -> tuple[Append, int]:
         _APPEND.unpack_from(data)
     )
     entries, pos = take_entries(data, _APPEND.size, count)
-    return Append(term, prev_index, prev_term, entries, commit, incarnation, all_durable), pos
+    config, pos = take_optional_configuration(data, pos)
+    append = Append(term, prev_index, prev_term, entries, commit, incarnation, all_durable, config)
+    return append, pos
 
 
 def _decode_append_reply(data: bytes) -> tuple[AppendReply, int]:
@@ -265,7 +276,10 @@ def _decode_recover_request_after(data: bytes) -> tuple[RecoverRequest, int]:
 def _decode_recover_reply(data: bytes) -> tuple[RecoverReply, int]:
     _, _, term, nonce, commit_index, commit_term, count = _RECOVER_REPLY.unpack_from(data)
     entries, pos = take_entries(data, _RECOVER_REPLY.size, count)
-    reply = RecoverReply(term, nonce, commit_index, commit_term, entries, commit_index, commit_term)
+    config, pos = take_optional_configuration(data, pos)
+    reply = RecoverReply(
+        term, nonce, commit_index, commit_term, entries, commit_index, commit_term, False, config
+    )
     return reply, pos
 
 
@@ -276,8 +290,9 @@ def _decode_recover_reply_part(data: bytes) -> tuple[RecoverReply, int]:
     if more > 1:
         raise bad_flag("'more'", more)
     entries, pos = take_entries(data, _RECOVER_REPLY_PART.size, count)
+    config, pos = take_optional_configuration(data, pos)
     reply = RecoverReply(
-        term, nonce, commit_index, commit_term, entries, prev_index, prev_term, bool(more)
+        term, nonce, commit_index, commit_term, entries, prev_index, prev_term, bool(more), config
     )
     return reply, pos
 

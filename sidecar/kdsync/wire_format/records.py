@@ -12,7 +12,12 @@ from kdsync.ordering.events import OriginPartition
 from kdsync.ordering.ledger import LedgerState
 from kdsync.ordering.log import Entry
 from kdsync.ordering.ready import HardState
-from kdsync.wire_format.batches import put_entries, take_entries
+from kdsync.wire_format.batches import (
+    put_entries,
+    put_optional_configuration,
+    take_entries,
+    take_optional_configuration,
+)
 from kdsync.wire_format.envelope import (
     FORMAT_VERSION,
     PREFIX,
@@ -30,6 +35,9 @@ _LEDGER_HEAD = struct.Struct(">BBqq")
 _COUNT = struct.Struct(">I")
 _MARK = struct.Struct(">IIiq")
 _SEQ = struct.Struct(">Iq")
+# Optional at the end of a LedgerState (records of earlier releases end before it): the
+# latest membership change applied, as the configuration and then its index.
+_CONFIG_INDEX = struct.Struct(">q")
 
 
 def encode_entry(entry: Entry) -> bytes:
@@ -73,6 +81,9 @@ def encode_ledger_state(state: LedgerState) -> bytes:
             topic_bytes = topic.encode()
             parts.append(_SEQ.pack(len(topic_bytes), seq))
             parts.append(topic_bytes)
+        put_optional_configuration(parts, state.config)
+        if state.config is not None:
+            parts.append(_CONFIG_INDEX.pack(state.config_index))
     except (struct.error, UnicodeEncodeError) as exc:
         raise encode_error("LedgerState", exc) from exc
     return b"".join(parts)
@@ -121,7 +132,12 @@ def _decode_ledger_state(data: bytes) -> tuple[LedgerState, int]:
         next_seq[topic] = seq
     if len(next_seq) != count:
         raise WireFormatError("the same topic appears twice in next_seq")
-    return LedgerState(applied_index, applied_term, marks, next_seq), pos
+    config, pos = take_optional_configuration(data, pos)
+    config_index = 0
+    if config is not None:
+        (config_index,) = _CONFIG_INDEX.unpack_from(data, pos)
+        pos += _CONFIG_INDEX.size
+    return LedgerState(applied_index, applied_term, marks, next_seq, config, config_index), pos
 
 
 _ENTRY_DECODERS = {TAG_ENTRY: _decode_entry}

@@ -1,0 +1,84 @@
+"""Changing who is in the group: single-server changes with learners (Ongaro's
+dissertation, section 4), proposed on the leader and carried by the log.
+
+- A change takes effect where its entry is appended, on every member (``config``).
+- One change at a time: a leader proposes one only when the previous one has committed,
+  and only once an entry of its own term has (the known fix to single-server changes:
+  without it, a change proposed by a new leader could decide alongside one its
+  predecessor appended but never committed).
+- A new data member joins as a learner: it stores and applies but neither votes nor
+  counts. The leader makes it a voter once it is within one Append of the commit index.
+- A leader asked to remove itself hands leadership over first; the change is then
+  proposed again on the new leader (the shell retries on whoever leads).
+"""
+
+from __future__ import annotations
+
+from kdsync.ordering.configuration import Configuration, change_problem
+from kdsync.ordering.log import Entry
+from kdsync.ordering.node_state import NodeState
+from kdsync.ordering.ready import Role
+
+
+class Membership(NodeState):
+    def propose_configuration(self, proposed: Configuration) -> str | None:
+        """Append ``proposed`` as the next configuration; None when appended, else why
+        not (the caller asks again later, or the leader: each reason says which)."""
+        if self.role != Role.LEADER:
+            where = f"{self.leader} leads" if self.leader else "no leader is known"
+            return f"only the leader changes the membership; {where}"
+        if self._change_pending():
+            return "the previous membership change has not committed yet"
+        if self.commit_index < self._term_start:
+            return "this leader has not committed an entry of its own term yet"
+        problem = change_problem(self.config, proposed)
+        if problem is not None:
+            return problem
+        if not proposed.is_voter(self.member):
+            self._leaving = True
+            self._maybe_hand_over()
+            return "the change removes the leader: it hands leadership over first; ask again"
+        self._append_config(proposed)
+        return None
+
+    @property
+    def change_pending(self) -> bool:
+        """A membership change is appended and not yet committed."""
+        return bool(self._configs) and self._configs[-1][0] > self.commit_index
+
+    def _change_pending(self) -> bool:
+        """The rule: the next change waits while one is pending."""
+        return self.change_pending
+
+    def _append_config(self, config: Configuration) -> None:
+        self._replication_due = True
+        index = self.log.last_index + 1
+        entry = Entry(index, self.term, None, config)
+        self.log.append(entry)
+        self._mark_persist(index)
+        self._configs_changed(index, [entry])
+
+    def _maybe_promote_learner(self) -> None:
+        """On a leader's heartbeat: a learner that has caught up becomes a voter."""
+        config = self.config
+        tracker = self._tracker
+        if (
+            not config.learners
+            or tracker is None
+            or self._change_pending()
+            or self.commit_index < self._term_start
+        ):
+            return
+        window = self.timing.max_entries_per_append
+        recently = self._now - self.timing.election_ticks
+        for learner in config.learners:
+            progress = tracker[learner]
+            if progress.acked_at >= recently and progress.match + window >= self.commit_index:
+                self._append_config(
+                    Configuration(
+                        (*config.voters, learner),
+                        config.witnesses,
+                        tuple(m for m in config.learners if m != learner),
+                    )
+                )
+                return
