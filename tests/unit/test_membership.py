@@ -258,3 +258,51 @@ def test_a_recovering_witness_also_waits_for_voters_the_answers_name() -> None:
     outcome = recovery.reply("c", answer, 1)
     assert isinstance(outcome, RecoveredWitness)
     assert outcome.config == grown and outcome.term == 3
+
+
+def test_a_recovering_witness_waits_for_every_configuration_from_the_committed_one_up() -> None:
+    """Two members' logs hold different uncommitted changes above the committed one:
+    either may have been in force when the witness voted, so it waits for the voters of
+    both (the newest by index alone would hide x or y)."""
+    committed = Configuration(("a", "b", "w"), frozenset({"w"}), ("x", "y"))
+    with_x = Configuration(("a", "b", "w", "x"), frozenset({"w"}), ("y",))
+    with_y = Configuration(("a", "b", "w", "y"), frozenset({"w"}), ("x",))
+    log_a, log_b = ReplicatedLog(), ReplicatedLog()
+    for index in range(1, 21):
+        log_a.append(Entry(index, 2 if index > 10 else 1, None, with_x if index == 20 else None))
+    for index in range(1, 16):
+        log_b.append(Entry(index, 3 if index > 10 else 1, None, with_y if index == 15 else None))
+    recovery = WitnessRecovery(("a", "b"), 7, "w")
+    recovery.requests(1)
+    request = RecoverRequest(1, 7)
+    assert recovery.reply("a", recover_reply(2, log_a, 10, request, 1 << 20, committed), 1) is None
+    assert recovery.reply("b", recover_reply(3, log_b, 10, request, 1 << 20, committed), 1) is None
+    assert sorted(peer for peer, _ in recovery.new_requests(1)) == ["x", "y"]
+
+
+def test_messages_carry_no_configuration_until_the_membership_changes() -> None:
+    """A group that never changed speaks the previous release's encoding (a witness of
+    that release refuses a configuration at the end of a message)."""
+    group = GroupSpec(("a", "b", "w"), frozenset({"w"}))
+    pump = Pump(group)
+    seen: list[Append | RecoverReply] = []
+
+    def record(sender: str, receiver: str, message: object) -> bool:
+        if isinstance(message, Append | RecoverReply):
+            seen.append(message)
+        return False
+
+    pump.drop = record
+    leader = _elect(pump)
+    pump.produce(next(m for m in group.data_members if m != leader) if leader == "w" else leader, 2)
+    pump.crash("w")
+    pump.start("w")  # recovers: RecoverReplies
+    assert any(isinstance(m, RecoverReply) for m in seen)
+    assert all(m.config is None for m in seen)
+    seen.clear()
+    leader = _elect(pump)
+    _propose(pump, Configuration(group.members, group.witnesses, ("d",)))
+    for _ in range(3):
+        pump.tick()
+    to_witness = [m for m in seen if isinstance(m, Append) and m.config is not None]
+    assert to_witness, "Appends to the witness say the configuration once it changed"

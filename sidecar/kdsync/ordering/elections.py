@@ -40,7 +40,7 @@ class Elections(NodeState):
         self._leader_match = self._reported_match = 0
         self._votes.clear()
         self._tracker = None
-        self._leaving = False
+        self._leave_asked_at = NEVER
         self._uncommitted.clear()
         self._uncommitted_bytes = 0
         self._admission.clear()
@@ -247,7 +247,7 @@ class Elections(NodeState):
             and tracker[p].acked_at >= recently
         ]
         if self.commit_index != self.log.last_index or not caught_up:
-            if (self.ledger is None or self._leaving) and any(
+            if (self.ledger is None or self._leaving()) and any(
                 tracker[p].acked_at >= recently for p in self.config.data_voters if p != self.member
             ):
                 # Must hand over, and nobody is caught up: admit nothing new for a while
@@ -257,7 +257,7 @@ class Elections(NodeState):
                 self._transfer_sent_at = self._now
             return
         target = max(caught_up, key=lambda p: tracker[p].applied)
-        if self.ledger is not None and not self._leaving:
+        if self.ledger is not None and not self._leaving():
             behind = self.commit_index - self._durable_applied > 2 * self.timing.max_unapplied
             if not (behind and tracker[target].applied > self._durable_applied):
                 return
@@ -289,7 +289,7 @@ class Elections(NodeState):
             return
         self.log.reset(outcome.commit_index, outcome.commit_term, list(outcome.entries))
         self.commit_index = outcome.commit_index
-        self._start_over_configs(outcome.commit_index, outcome.config)
+        self._start_over_configs(outcome.commit_index, outcome.config, outcome.commit_index)
         self._configs_changed(outcome.commit_index + 1, list(outcome.entries))
         # We may have voted in `term` before we lost our memory: do not vote in it again.
         self._vote_withheld_term = outcome.term

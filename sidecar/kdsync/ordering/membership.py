@@ -35,7 +35,7 @@ class Membership(NodeState):
         if problem is not None:
             return problem
         if not proposed.is_voter(self.member):
-            self._leaving = True
+            self._leave_asked_at = self._now
             self._maybe_hand_over()
             return "the change removes the leader: it hands leadership over first; ask again"
         self._append_config(proposed)

@@ -85,7 +85,8 @@ class NodeState:
         self._tracker: ProgressTracker | None = None  # while leading
         self._led_since = NEVER
         self._term_start = 0  # as leader: the index of our term's first entry (its no-op)
-        self._leaving = False  # as leader: asked to remove ourselves, handing over first
+        # As leader: when we were asked to remove ourselves (we hand over first).
+        self._leave_asked_at = NEVER
         self._transfer_sent_at = NEVER
         # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
         # not appended again (it would only be dropped as a duplicate after ordering).
@@ -156,16 +157,17 @@ class NodeState:
             self._config_base = settled[-1]
             self._configs = self._configs[len(settled) :]
 
-    def _start_over_configs(self, index: int, config: Configuration | None) -> None:
+    def _start_over_configs(self, index: int, config: Configuration | None, committed: int) -> None:
         """Our log now starts after ``index`` with nothing in it (a witness taking a
         leader's committed prefix, or a recovery): ``config`` is the configuration in
-        force there, if the sender said (else the latest we held up to there)."""
+        force there, if the sender said; else the latest we held that was committed
+        (up to ``committed``: an uncommitted one may be of a branch that lost)."""
         before = self.config
         if config is not None:
             self._config_base = (index, config)
             self._configs = []
         else:
-            self._configs = [(at, c) for at, c in self._configs if at <= index]
+            self._configs = [(at, c) for at, c in self._configs if at <= min(index, committed)]
             self._forget_settled_configs()
         if self.config != before:
             self._config_in_force_changed()
@@ -176,6 +178,19 @@ class NodeState:
         if self._tracker is not None:
             self._tracker.set_peers(self._peers, self.log.last_index + 1, self._now)
         self._event("configuration", config.describe())
+
+    def _leaving(self) -> bool:
+        """Asked lately to remove ourselves: handing over. It lapses, so a change asked
+        for and then given up does not hold admission for good."""
+        return self._now - self._leave_asked_at < 4 * self.timing.election_ticks
+
+    def _config_news(self, index: int) -> Configuration | None:
+        """The configuration at ``index`` to tell a peer, once the membership ever
+        changed: before, every member has the same one from its startup file, and a
+        peer of the previous release reads the message only without one."""
+        if self._config_base[0] == 0 and not self._configs:
+            return None
+        return self._config_at(index)
 
     def _is_voter(self) -> bool:
         return self.config.is_voter(self.member)

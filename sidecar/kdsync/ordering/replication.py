@@ -189,7 +189,7 @@ class Replication(NodeState):
                 self.commit_index,
                 self.incarnation,
                 self._all_durable,
-                self._config_at(prev_index) if witness else None,
+                self._config_news(prev_index) if witness else None,
             ),
         )
         progress = self._tracker[peer]
@@ -279,9 +279,10 @@ class Replication(NodeState):
             if self.is_witness and self.commit_index < prev_index <= append.commit:
                 # The leader's entry at prev_index is committed, so everything up to it is
                 # settled: a witness, which applies nothing, takes it as its new start.
+                committed = self.commit_index
                 self.log.reset(prev_index, prev_term, [])
                 self.commit_index = prev_index
-                self._start_over_configs(prev_index, append.config)
+                self._start_over_configs(prev_index, append.config, committed)
             else:
                 hint = min(self.log.last_index, prev_index - 1)
                 self._send(

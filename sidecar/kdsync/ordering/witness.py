@@ -7,8 +7,8 @@ and neither votes nor acknowledges until *all* of them have answered. It then ad
   voted in it before it lost its memory);
 - the most up-to-date of their logs (above that member's commit index) as its own.
 
-"Every other member" is every voter of the newest configuration the answers show, and of
-the newest one they show committed (each answer says its sender's configuration at its
+"Every other member" is every voter of every configuration the answers show, from the
+newest one they show committed up (each answer says its sender's configuration at its
 commit index, and its log may hold later ones), asked again until no new member turns
 up: a member added lately may be the candidate the witness voted for before it lost its
 memory.
@@ -153,24 +153,20 @@ class WitnessRecovery:
         return [(peer, self._request(term, peer)) for peer in asking]
 
     def _named(self) -> set[str]:
-        """The voters of the newest configuration the complete answers show, and of the
-        newest one known committed (should the newer be truncated). Members of older
-        configurations left the group: a member removed and stopped must not keep the
-        witness waiting, named by an answer it gave before."""
+        """The voters of every configuration the complete answers show from the newest
+        one known committed up: any of them, committed or not, may have been in force
+        when this witness voted. Members only of older configurations left the group: a
+        member removed and stopped must not keep the witness waiting, named by an
+        answer it gave before (kept answers are refreshed, so old ones go)."""
         answers = list(self._complete.values())
-        shown = [c for a in answers for c in a.configs()]
         committed = [(a.commit_index, a.config) for a in answers if a.config is not None]
-        if not shown:
-            return set()
-        newest = max(shown, key=lambda c: c[0])[1]
-        named = set(newest.voters)
-        if committed:
-            named |= set(max(committed, key=lambda c: c[0])[1].voters)
-        return named
+        floor = max((index for index, _ in committed), default=0)
+        shown = [c for a in answers for c in a.configs() if c[0] >= floor]
+        return {m for _, config in shown for m in config.voters}
 
     def _waiting_on(self) -> list[str]:
-        """Every voter of every configuration the answers show (the startup file's
-        members until one shows any), in a stable order."""
+        """Every voter ``_named`` (the startup file's members until an answer shows a
+        configuration), in a stable order."""
         named = self._named() | self._named_before
         if not named:
             named = set(self._seed)
