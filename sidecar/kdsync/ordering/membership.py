@@ -27,7 +27,7 @@ class Membership(NodeState):
         if self.role != Role.LEADER:
             where = f"{self.leader} leads" if self.leader else "no leader is known"
             return f"only the leader changes the membership; {where}"
-        if self._change_pending():
+        if self.change_pending:
             return "the previous membership change has not committed yet"
         if self.commit_index < self._term_start:
             return "this leader has not committed an entry of its own term yet"
@@ -46,10 +46,6 @@ class Membership(NodeState):
         """A membership change is appended and not yet committed."""
         return bool(self._configs) and self._configs[-1][0] > self.commit_index
 
-    def _change_pending(self) -> bool:
-        """The rule: the next change waits while one is pending."""
-        return self.change_pending
-
     def _append_config(self, config: Configuration) -> None:
         self._replication_due = True
         index = self.log.last_index + 1
@@ -65,7 +61,7 @@ class Membership(NodeState):
         if (
             not config.learners
             or tracker is None
-            or self._change_pending()
+            or self.change_pending
             or self.commit_index < self._term_start
         ):
             return
