@@ -87,11 +87,11 @@ def membership_change_problems(
 ) -> list[SpecProblem]:
     """An update that adds or removes members, or turns one into a witness or back.
 
-    Membership is static in the ordering core (docs/ordering.md): there is no protocol
-    yet by which a running group changes its voters (issue #17), and restarting members
-    onto a new list while others still run the old one could let two majorities order
-    at once. Reordering ``members`` or changing a member's Kafka settings or address is
-    not a membership change."""
+    Membership is static for the operator: the core changes its voters one at a time
+    and ``kdsync members remove`` drives that for sidecars run by hand, but the operator
+    does not yet (issue #17), and restarting members onto a new list while others still
+    run the old one could let two majorities order at once. Reordering ``members`` or
+    changing a member's Kafka settings or address is not a membership change."""
     old, new = _member_roles(old_spec), _member_roles(new_spec)
     if old == new:
         return []
@@ -106,7 +106,7 @@ def membership_change_problems(
         SpecProblem(
             "spec.members",
             f"this update {', '.join(changes)}: a running group cannot change its members "
-            "(membership is static; no membership-change protocol yet)",
+            "(the operator does not change a running group's membership yet)",
             "change members with the group stopped: delete the KdsyncGroup (its topics, "
             "ledger and consumer groups stay in Kafka), then apply it with the new member "
             "list (docs/operations.md, Failover)",

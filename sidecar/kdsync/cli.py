@@ -1,5 +1,6 @@
 """The ``kdsync`` command: run a sidecar, show a group's status, audit, check a config,
-fail consumer groups over between members, issue a group's certificates."""
+remove a member from a running group, fail consumer groups over between members, issue
+a group's certificates."""
 
 from __future__ import annotations
 
@@ -48,19 +49,42 @@ def _local_url(http: str) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
-
-    urls: list[str] = list(args.urls)
-    for path in args.config or []:
-        config = _load(path)
-        if config is None:
-            return 2
-        urls.append(_local_url(config.http))
-    if not urls:
-        print("kdsync status: give sidecar URLs (host:port) or --config FILE", file=sys.stderr)
+    urls = _urls(args, "status")
+    if urls is None:
         return 2
     statuses = [fetch_status(url) for url in urls]
     print(render(statuses))
     return 0 if all("unreachable" not in s for s in statuses) else 1
+
+
+def _urls(args: argparse.Namespace, command: str) -> list[str] | None:
+    urls: list[str] = list(args.urls)
+    for path in args.config or []:
+        config = _load(path)
+        if config is None:
+            return None
+        urls.append(_local_url(config.http))
+    if not urls:
+        print(f"kdsync {command}: give sidecar URLs (host:port) or --config FILE", file=sys.stderr)
+        return None
+    return urls
+
+
+def _members(args: argparse.Namespace) -> int:
+    from kdsync.runtime import members_command  # noqa: PLC0415
+
+    urls = _urls(args, f"members {args.action}")
+    if urls is None:
+        return 2
+    try:
+        if args.action == "show":
+            return members_command.show(urls, print)
+        return members_command.remove(
+            urls, args.member, timeout=args.timeout, drain=not args.no_drain, out=print
+        )
+    except members_command.MembersCommandError as exc:
+        print(f"kdsync members {args.action}: {exc}", file=sys.stderr)
+        return 1
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -168,6 +192,33 @@ def main(argv: list[str] | None = None) -> int:
         "--config", type=Path, action="append", help="take the address from a config"
     )
     status.set_defaults(handler=_status)
+    members = commands.add_parser(
+        "members",
+        help="show a running group's configuration, or remove a member from it",
+        description="Talks to the sidecars' HTTP ports (give every member, so the leader is "
+        "found). `remove` waits until a data member has ordered every event it read (stop "
+        "producing to it first), has the leader append the change, waits for its commit, "
+        "and then tells you to stop the removed member's sidecar. Membership changes are "
+        "taken only from the sidecar's own host (use kubectl port-forward in a cluster).",
+    )
+    actions = members.add_subparsers(dest="action", required=True)
+    for action in ("show", "remove"):
+        sub = actions.add_parser(action)
+        if action == "remove":
+            sub.add_argument("member", help="the member to remove (data member or witness)")
+            sub.add_argument(
+                "--timeout", type=float, default=120.0, help="seconds for all steps (120)"
+            )
+            sub.add_argument(
+                "--no-drain",
+                action="store_true",
+                help="do not wait for the member to order what it read (it is gone for good)",
+            )
+        sub.add_argument("urls", nargs="*", help="sidecar HTTP addresses, e.g. 127.0.0.1:8080")
+        sub.add_argument(
+            "--config", type=Path, action="append", help="take an address from a config"
+        )
+        sub.set_defaults(handler=_members)
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("--config", type=Path, required=True)
     check.set_defaults(handler=_check)

@@ -111,6 +111,7 @@ class LocalSidecarGroup:
                     "key": str(files.key),
                 },
                 "http": http,
+                "allowMembershipChanges": True,  # kdsync members, from this host only
                 "ordering": dict(ordering or {"tickMs": 20}),
             }
             if group_offset_sync:

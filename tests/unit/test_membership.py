@@ -183,6 +183,25 @@ def test_a_restarted_member_takes_its_configuration_from_the_ledger() -> None:
     assert pump.node(follower).role is not Role.LEADER
 
 
+def test_a_removed_members_events_stay_out_of_the_order() -> None:
+    """What it reads after its removal reaches no one: the others would hold events its
+    own T-global misses (kdsync members remove drains it first)."""
+    pump = Pump(THREE)
+    leader = _elect(pump)
+    gone, staying = (m for m in THREE.members if m != leader)
+    pump.produce(gone, 2)
+    pump.run_until(lambda: len(pump.delivered(staying)) == 2, 200, "its events before")
+    _propose(pump, pump.node(leader).config.without(gone))
+    pump.run_until(lambda: not pump.node(leader).change_pending, 50, "the removal")
+    pump.produce(gone, 3)
+    pump.produce(leader, 2)
+    pump.run_until(lambda: len(pump.delivered(staying)) == 4, 200, "the leader's events")
+    for _ in range(5 * ELECTION_DEADLINE):  # the removed member's outbox resends meanwhile
+        pump.tick()
+    for member in (leader, staying):
+        assert [e[0] for e in pump.delivered(member)].count(gone) == 2, pump.describe()
+
+
 # ---------------------------------------------------------------- on the wire
 
 

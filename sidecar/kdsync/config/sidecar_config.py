@@ -49,6 +49,10 @@ class SidecarConfig(ConfigModel):
     http: str = Field(
         default="0.0.0.0:8080", description="address of /healthz, /readyz and /metrics"
     )
+    allow_membership_changes: bool = Field(
+        default=False,
+        description="take `kdsync members remove` requests (POST /membership), from this host only",
+    )
     ordering: OrderingConfig = Field(
         default_factory=OrderingConfig, description="ordering core timing"
     )

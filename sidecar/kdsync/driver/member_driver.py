@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from kdsync.driver.ports import DriverPorts, WriteFailure
 from kdsync.ordering import (
+    Configuration,
     Delivery,
     Entry,
     HardState,
@@ -191,6 +192,13 @@ class MemberDriver:
             return
         self.node.receive(peer, message)
         self._pump()
+
+    def propose_configuration(self, proposed: Configuration) -> str | None:
+        """Ask the node to append a membership change: None when appended, else why not
+        (``OrderingNode.propose_configuration``)."""
+        refused = self.node.propose_configuration(proposed)
+        self._pump()
+        return refused
 
     def sources_ready(self) -> None:
         """The source port has batches waiting."""

@@ -70,6 +70,7 @@ def node_section(driver: MemberDriver) -> dict[str, Any]:
         "leader": status.leader,
         "view": sorted(node.view()),
         "members": list(node.config.members),
+        "configuration": configuration_section(driver),
         "commitIndex": status.commit_index,
         "knownCommit": node.known_commit,
         "appliedIndex": driver.state.durable_applied,
@@ -80,6 +81,17 @@ def node_section(driver: MemberDriver) -> dict[str, Any]:
         # Own batches on their way into the order, and whether reading waits for room.
         "outboxBatches": node.outbox_size(),
         "sourceHeld": driver.source_held,
+    }
+
+
+def configuration_section(driver: MemberDriver) -> dict[str, Any]:
+    """The configuration in force at this member: who votes, who learns, where it was
+    appended (0: the startup file's), and whether this member knows it committed."""
+    node = driver.node
+    return {
+        **node.config.as_json(),
+        "index": node.config_index,
+        "committed": node.config_index <= node.status().commit_index,
     }
 
 

@@ -54,6 +54,10 @@ class Admission(NodeState):
         return self.commit_index - applied < self.timing.max_unapplied
 
     def _accept_batch(self, batch: OriginBatch) -> bool:
+        if batch.origin not in self.config.data_members:
+            # A member removed, that may not know it yet: its events stay out of the
+            # order from its removal on (``kdsync members remove`` drains it first).
+            return True
         if self.ledger is not None and self.ledger.covers(batch):
             return True  # already delivered: ordering it again would only be dropped
         if batch_key(batch) in self._uncommitted:

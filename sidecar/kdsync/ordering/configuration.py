@@ -74,6 +74,37 @@ class Configuration:
     def is_voter(self, member: str) -> bool:
         return member in self.voters
 
+    def with_learner(self, member: str) -> Configuration:
+        """A new data member added, as a learner until it has caught up."""
+        return Configuration(self.voters, self.witnesses, (*self.learners, member))
+
+    def with_witness(self, member: str) -> Configuration:
+        """A new witness added: it votes from the start (it has nothing to catch up)."""
+        return Configuration((*self.voters, member), self.witnesses | {member}, self.learners)
+
+    def promoted(self, learner: str) -> Configuration:
+        """``learner`` made a voter."""
+        return Configuration(
+            (*self.voters, learner),
+            self.witnesses,
+            tuple(m for m in self.learners if m != learner),
+        )
+
+    def without(self, member: str) -> Configuration:
+        """``member`` removed, whatever it was."""
+        return Configuration(
+            tuple(m for m in self.voters if m != member),
+            self.witnesses - {member},
+            tuple(m for m in self.learners if m != member),
+        )
+
+    def as_json(self) -> dict[str, list[str]]:
+        return {
+            "voters": list(self.voters),
+            "witnesses": sorted(self.witnesses),
+            "learners": list(self.learners),
+        }
+
     def describe(self) -> str:
         parts = [f"{m} (witness)" if m in self.witnesses else m for m in self.voters] + [
             f"{m} (learner)" for m in self.learners

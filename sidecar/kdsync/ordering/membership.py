@@ -70,11 +70,5 @@ class Membership(NodeState):
         for learner in config.learners:
             progress = tracker[learner]
             if progress.acked_at >= recently and progress.match + window >= self.commit_index:
-                self._append_config(
-                    Configuration(
-                        (*config.voters, learner),
-                        config.witnesses,
-                        tuple(m for m in config.learners if m != learner),
-                    )
-                )
+                self._append_config(config.promoted(learner))
                 return

@@ -132,6 +132,11 @@ class NodeState:
         """The configuration in force: the latest in our log, committed or not."""
         return self._configs[-1][1] if self._configs else self._config_base[1]
 
+    @property
+    def config_index(self) -> int:
+        """Where the configuration in force was appended (0: the startup file's)."""
+        return self._configs[-1][0] if self._configs else self._config_base[0]
+
     def _config_at(self, index: int) -> Configuration | None:
         """The configuration in force at ``index``; None below what we still know
         (changes before our base have left memory)."""

@@ -1,12 +1,15 @@
-"""HTTP endpoints of a sidecar: /healthz, /readyz, /metrics (Prometheus), /status (JSON)."""
+"""HTTP endpoints of a sidecar: /healthz, /readyz, /metrics (Prometheus), /status (JSON),
+and ``POST /membership`` (``kdsync members``), which only this host may call."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kdsync.driver.membership_request import Outcome, remove_member
 from kdsync.runtime.sidecar import Sidecar
 from kdsync.transport.address import parse_address
 
@@ -33,12 +36,69 @@ def build_app(sidecar: Sidecar) -> web.Application:
             content_type="application/json",
         )
 
+    async def membership(request: web.Request) -> web.Response:
+        # Off unless the config turns it on; then from this host only: the endpoint
+        # shares the port of /metrics, which is scraped from elsewhere. The JSON content
+        # type keeps a browser on this host from posting it from another site's page.
+        if not sidecar.config.allow_membership_changes:
+            return _error(
+                403,
+                "membership changes are off for this sidecar: set allowMembershipChanges: "
+                "true in its config to take them (from this host only)",
+            )
+        if not _from_this_host(request.remote):
+            return _error(
+                403,
+                f"membership changes are taken from this host only, not {request.remote}: "
+                "run kdsync members on the member's host",
+            )
+        if request.content_type != "application/json":
+            return _error(415, "send the request as Content-Type: application/json")
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        name = body.get("remove") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name:
+            return _error(400, 'expected a JSON body {"remove": "<member name>"}')
+        driver = sidecar.driver
+        if driver is None or sidecar.phase != "running":
+            return web.json_response(
+                {"outcome": Outcome.ASK_AGAIN.value, "reason": f"this member is {sidecar.phase}"},
+                status=503,
+            )
+        answer = remove_member(driver, name)
+        return web.json_response(answer.as_json(driver), status=_STATUS[answer.outcome])
+
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/status", status)
+    app.router.add_post("/membership", membership)
     return app
+
+
+_STATUS = {
+    Outcome.APPENDED: 200,
+    Outcome.ASK_AGAIN: 409,
+    Outcome.NOT_A_MEMBER: 404,
+    Outcome.REFUSED: 422,
+}
+
+
+def _from_this_host(remote: str | None) -> bool:
+    try:
+        address = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False  # a Unix socket or an unparsable peer: not known to be local
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback  # ::ffff:127.0.0.1 on a dual-stack socket
+    return address.is_loopback
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"outcome": Outcome.REFUSED.value, "reason": message}, status=status)
 
 
 async def start_http(sidecar: Sidecar, address: str) -> web.AppRunner:

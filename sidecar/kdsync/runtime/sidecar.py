@@ -147,6 +147,15 @@ class Sidecar:
             incarnation=random.SystemRandom().getrandbits(62),
             recovered=recovered,
         )
+        if node.config_index and set(node.config.members) != {m.name for m in config.members}:
+            # Expected after `kdsync members remove`: the ledger's configuration wins.
+            log.warning(
+                "the membership in force is %s (changed at log index %d, from this member's "
+                "ledger); the startup file lists %s, which no longer applies",
+                node.config.describe(),
+                node.config_index,
+                ", ".join(m.name for m in config.members),
+            )
         transport = self.transport
         assert transport is not None
         log_port = delivery_port = None
@@ -406,6 +415,18 @@ class Sidecar:
             m.source_errors.set(self._cluster.reader.errors)
         m.ready.set(1 if self.readiness()[0] else 0)
 
+    def _source_backlog(self) -> dict[str, int]:
+        """Own source records not yet in this member's T-global, by partition, as of the
+        end offsets last fetched (heartbeats left out: they never stop)."""
+        assert self._cluster is not None
+        marks = self._observer.own_marks
+        backlog: dict[str, int] = {}
+        for (topic, partition), end in sorted(self._cluster.reader.end_offsets().items()):
+            behind = end - marks.get((topic, partition), 0)
+            if topic != self.heartbeat_topic and behind > 0:
+                backlog[f"{topic}[{partition}]"] = behind
+        return backlog
+
     def status_document(self) -> dict[str, Any]:
         """The JSON served at /status and printed by ``kdsync status``."""
         ready, reasons = self.readiness()
@@ -441,6 +462,11 @@ class Sidecar:
             doc["lastSourceError"] = self._cluster.reader.last_error
             doc["sourceQueued"] = self._cluster.reader.batches.qsize()
             doc["sourceReadAgoSeconds"] = round(time.monotonic() - self._cluster.reader.read_at, 1)
+            doc["sourceBacklog"] = self._source_backlog()
+            ends_at = self._cluster.reader.ends_at
+            doc["sourceEndsAgeSeconds"] = (
+                None if ends_at is None else round(time.monotonic() - ends_at, 1)
+            )
             doc["stoppedSources"] = {
                 f"{topic}[{partition}]": reason
                 for (topic, partition), reason in sorted(self._cluster.reader.stopped.items())

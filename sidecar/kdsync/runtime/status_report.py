@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -23,6 +23,25 @@ def fetch_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
         return {"url": url, "unreachable": str(getattr(exc, "reason", exc))}
 
 
+def describe_configuration(config: Mapping[str, Any]) -> str:
+    """``m1, m2, w (witness) (index 9, committed)`` from a /status configuration."""
+    witnesses = set(config.get("witnesses", []))
+    parts = [f"{m} (witness)" if m in witnesses else m for m in config.get("voters", [])]
+    parts += [f"{m} (learner)" for m in config.get("learners", [])]
+    state = "committed" if config.get("committed") else "not yet committed"
+    return f"{', '.join(parts)} (index {config.get('index', 0)}, {state})"
+
+
+def newest_configuration(statuses: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The newest configuration the members report (a leader's is never older)."""
+    configs: list[Mapping[str, Any]] = [
+        s["configuration"] for s in statuses if "configuration" in s
+    ]
+    if not configs:
+        return None
+    return max(configs, key=lambda c: (c.get("index", 0), bool(c.get("committed"))))
+
+
 def _ms(value: object) -> str:
     return "-" if value is None else f"{float(value):.0f} ms"  # type: ignore[arg-type]
 
@@ -32,6 +51,9 @@ def render(statuses: Sequence[Mapping[str, Any]]) -> str:
     groups = {s.get("group") for s in statuses if "group" in s}
     if groups:
         lines.append(f"group {', '.join(sorted(str(g) for g in groups))}")
+    newest = newest_configuration(statuses)
+    if newest is not None:
+        lines.append(f"members {describe_configuration(newest)}")
     header = f"{'member':<14}{'role':<11}{'term':>6}  {'ready':<6}{'applied':>9}{'lag':>7}"
     header += f"{'events in':>11}{'events out':>12}  {'latency p50/p99':<18} notes"
     lines.append(header)

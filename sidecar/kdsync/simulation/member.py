@@ -193,6 +193,9 @@ class SimMember:
         self._pending: list[_Pending] = []
         self._read: dict[SourcePartition, int] = {}  # the source reader's positions
         self._batches: deque[OriginBatch] = deque()  # the reader's bounded queue
+        # Membership changes asked of this member (POST /membership in the sidecar),
+        # taken at its next step like any other input, stalls and all.
+        self._proposals: deque[Configuration] = deque()
         self.start()
 
     # ------------------------------------------------------------------ lifecycle
@@ -232,6 +235,7 @@ class SimMember:
         self._pending.clear()
         self._inbox.clear()
         self._batches.clear()
+        self._proposals.clear()
         self.driver = None
         self.down_since = self.now
 
@@ -240,6 +244,11 @@ class SimMember:
     def deliver(self, sender: str, frame: bytes) -> None:
         if self.driver is not None:
             self._inbox.append((sender, frame))
+
+    def propose(self, config: Configuration) -> None:
+        """Ask this member for a membership change; it answers at its next step."""
+        if self.driver is not None:
+            self._proposals.append(config)
 
     def stalled(self, now: int) -> bool:
         return any(start <= now < end for start, end in self.costs.stalls)
@@ -259,6 +268,8 @@ class SimMember:
             return
         driver = self.driver
         assert driver is not None
+        while self._proposals:
+            driver.propose_configuration(self._proposals.popleft())
         driver.tick()
         if not self.is_witness and (self._read_sources() or self._batches):
             driver.sources_ready()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from kdsync.ordering import Configuration, GroupSpec, OrderingNode, Role
+from kdsync.ordering import Configuration, GroupSpec, Role
 from kdsync.simulation.member import SimKafka, SimMember
 from kdsync.simulation.scenario import MembershipStep
 
@@ -60,14 +60,16 @@ class MembershipOperator:
         if leader is None:
             return
         step = self._steps[0]
-        config = leader.config
-        settled = not leader.change_pending
+        node = leader.node
+        assert node is not None
+        config = node.config
+        settled = not node.change_pending
         name = step.member
         proposal = _proposal(step, config)
         if proposal is not None:
             if step.kind == "remove":
                 self.leaving.add(name)
-            leader.propose_configuration(proposal)
+            leader.propose(proposal)
         elif step.kind == "add-data":
             if settled and name not in self._members:
                 backfill = self._donor(name)
@@ -86,21 +88,21 @@ class MembershipOperator:
             others = tuple(m for m in config.voters if m != name)
             group = GroupSpec((*others, name), config.witnesses | {name})
             self._start_member(name, group, None)
-        if leader.change_pending and len(self._steps) > 1:
+        if node.change_pending and len(self._steps) > 1:
             # A hasty operator asks for the next change before this one committed: the
             # leader must refuse it (one change at a time), and does not act on it.
             early = _proposal(self._steps[1], config)
             if early is not None and self._steps[1].kind != "remove":
-                leader.propose_configuration(early)
+                leader.propose(early)
 
     def _finish(self, step: MembershipStep, now: int) -> None:
         self._steps.popleft()
         self.done.append(f"{step.kind} {step.member} at tick {now}")
 
-    def _leader(self) -> OrderingNode | None:
+    def _leader(self) -> SimMember | None:
         """The up member that leads in the highest term."""
         leaders = [
-            (m.node.term, m.name, m.node)
+            (m.node.term, m.name, m)
             for m in self._members.values()
             if m.node is not None and m.node.role == Role.LEADER
         ]
@@ -142,18 +144,8 @@ class MembershipOperator:
 def _proposal(step: MembershipStep, config: Configuration) -> Configuration | None:
     """The configuration ``step`` asks for next, from ``config``; None once it is in."""
     name = step.member
-    if step.kind == "add-data":
-        if name in config.members:
-            return None
-        return Configuration(config.voters, config.witnesses, (*config.learners, name))
-    if step.kind == "add-witness":
-        if name in config.members:
-            return None
-        return Configuration((*config.voters, name), config.witnesses | {name}, config.learners)
-    if name not in config.members:
+    if step.kind == "remove":
+        return config.without(name) if name in config.members else None
+    if name in config.members:
         return None
-    return Configuration(
-        tuple(m for m in config.voters if m != name),
-        config.witnesses - {name},
-        tuple(m for m in config.learners if m != name),
-    )
+    return config.with_learner(name) if step.kind == "add-data" else config.with_witness(name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from kdsync.verification.replica_check import (
     CheckResult,
@@ -81,6 +81,7 @@ def verify_group(
     global_partitions: int = 1,
     describe_status: Callable[[], str] = lambda: "",
     client_properties: Mapping[str, Mapping[str, str]] | None = None,
+    replicas: Collection[str] | None = None,
 ) -> CheckResult:
     """Wait until every ``T-global`` holds every produced event, then run the checker.
 
@@ -88,17 +89,20 @@ def verify_group(
     each origin's ``T``. Raises :class:`VerificationFailed` unless the check passes;
     returns its result.
     ``describe_status`` adds the members' state to a timeout's message;
-    ``client_properties`` (member -> librdkafka properties) reaches secured clusters.
+    ``client_properties`` (member -> librdkafka properties) reaches secured clusters;
+    ``replicas``, the members whose ``T-global`` is checked (default: all of
+    ``bootstrap``; a member removed from the group is still an origin, not a replica).
     """
     extra = client_properties or {}
     own_watch = watch is None
-    watch = watch or GlobalWatch(bootstrap, global_topic, extra)
+    held = {m: b for m, b in bootstrap.items() if replicas is None or m in replicas}
+    watch = watch or GlobalWatch(held, global_topic, extra)
     expected = sum(produced.values())
     origins = {m: TopicFollower(b, topic, properties=extra.get(m)) for m, b in bootstrap.items()}
     try:
 
         def everyone_has_all() -> bool:
-            return all(watch.count(m) >= expected for m in bootstrap)
+            return all(watch.count(m) >= expected for m in held)
 
         wait_for(
             f"{expected} events in every {global_topic}",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,7 @@ def verify_group(
     watch: GlobalWatch | None = None,
     global_partitions: int = 1,
     client_properties: Mapping[str, Mapping[str, str]] | None = None,
+    replicas: Collection[str] | None = None,
 ) -> CheckResult:
     """:func:`kdsync.verification.group_check.verify_group`, with ``group``'s state in a
     timeout's message."""
@@ -114,6 +115,7 @@ def verify_group(
         global_partitions=global_partitions,
         describe_status=lambda: brief_status(group),
         client_properties=client_properties,
+        replicas=replicas,
     )
 
 

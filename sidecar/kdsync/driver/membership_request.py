@@ -1,0 +1,69 @@
+"""A request to change the group's membership, as a member answers it.
+
+Pure: the sidecar's ``POST /membership`` and the tests call the same function. The
+answer says whether to ask again (this member does not lead, or a change is still
+settling) or to give up (the change itself is not allowed), so that a caller such as
+``kdsync members remove`` can retry on whoever leads without guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from kdsync.driver.member_driver import MemberDriver
+from kdsync.driver.report import configuration_section
+from kdsync.ordering import Role, change_problem
+
+
+class Outcome(Enum):
+    APPENDED = "appended"  # the change is in the leader's log; it is in force once committed
+    ASK_AGAIN = "ask-again"  # not now or not here: ask the leader named, or again shortly
+    REFUSED = "refused"  # the change is not allowed: asking again will not help
+    NOT_A_MEMBER = "not-a-member"  # nobody of that name in the configuration in force
+
+
+@dataclass(frozen=True)
+class MembershipAnswer:
+    outcome: Outcome
+    reason: str | None
+    leader: str | None
+    index: int | None = None  # where the change was appended
+
+    def as_json(self, driver: MemberDriver) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome.value,
+            "reason": self.reason,
+            "leader": self.leader,
+            "index": self.index,
+            "configuration": configuration_section(driver),
+        }
+
+
+def remove_member(driver: MemberDriver, member: str) -> MembershipAnswer:
+    """Ask this member to remove ``member`` from the group (data member or witness)."""
+    node = driver.node
+    config = node.config
+    status = node.status()
+    if status.role != Role.LEADER:
+        # Only the leader's configuration is the newest: judge nothing against ours.
+        where = f"{status.leader} leads" if status.leader else "no leader is known"
+        return MembershipAnswer(
+            Outcome.ASK_AGAIN, f"only the leader changes the membership; {where}", status.leader
+        )
+    if member not in config.members:
+        return MembershipAnswer(
+            Outcome.NOT_A_MEMBER,
+            f"no member {member!r} in the configuration in force ({config.describe()})",
+            node.status().leader,
+        )
+    proposed = config.without(member)
+    problem = change_problem(config, proposed)
+    if problem is not None:
+        return MembershipAnswer(Outcome.REFUSED, f"removing {member}: {problem}", None)
+    refused = driver.propose_configuration(proposed)
+    leader = node.status().leader
+    if refused is not None:
+        return MembershipAnswer(Outcome.ASK_AGAIN, refused, leader)
+    return MembershipAnswer(Outcome.APPENDED, None, leader, node.config_index)

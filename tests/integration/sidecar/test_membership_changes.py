@@ -1,0 +1,171 @@
+"""Removing members from a running group with ``kdsync members remove`` (issue #17):
+the leader first, then the witness, under traffic, on real brokers. The members that
+stay keep ordering and end with identical, complete ``T-global``s, the removed leader's
+events included; a member restarted afterwards takes the new membership from its
+ledger, not from its startup file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from kdsync.local_group import LocalSidecarGroup
+from tests.integration.sidecar.harness import (
+    GlobalWatch,
+    Traffic,
+    brief_status,
+    start_watched,
+    verify_group,
+    wait_for,
+)
+
+pytestmark = pytest.mark.kafka
+
+RATE = 150  # events/s per origin
+GROWTH = 300  # events each staying member must gain after a change: ordering goes on
+
+
+def _members_cli(
+    group: LocalSidecarGroup, action: str, *args: str, options: Sequence[str] = ()
+) -> subprocess.Popen[str]:
+    urls = [m.http for m in group.members.values()]
+    return subprocess.Popen(
+        [sys.executable, "-m", "kdsync.cli", "members", action, *args, *urls, *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _remove_watching(
+    group: LocalSidecarGroup, watch: GlobalWatch, staying: Sequence[str], member: str
+) -> tuple[str, float]:
+    """Run ``kdsync members remove member`` while following the staying members'
+    T-globals; returns the command's output and the longest time any staying member
+    went without a new event meanwhile."""
+    cli = _members_cli(group, "remove", member, options=["--timeout", "120"])
+    last_growth = {m: (time.monotonic(), watch.count(m)) for m in staying}
+    longest = 0.0
+    while cli.poll() is None:  # polls Kafka until the command returns (it has a deadline)
+        for m in staying:
+            now, count = time.monotonic(), watch.count(m)
+            at, before = last_growth[m]
+            longest = max(longest, now - at)
+            if count > before:
+                last_growth[m] = (now, count)
+    output = cli.stdout.read() if cli.stdout else ""
+    assert cli.returncode == 0, output
+    return output, longest
+
+
+def _configuration(group: LocalSidecarGroup, member: str) -> dict[str, object]:
+    status = group.status(member) or {}
+    config = status.get("configuration")
+    assert isinstance(config, dict), brief_status(group)
+    return config
+
+
+def test_remove_the_leader_then_the_witness_under_traffic(
+    sidecar_group: Callable[..., LocalSidecarGroup],
+    bootstrap: dict[str, str],
+    source_topic: str,
+    tmp_path: Path,
+) -> None:
+    group = sidecar_group("members", bootstrap, source_topic, witnesses=["w"])
+    global_topic, watch = start_watched(group, bootstrap, source_topic)
+    leaders = group.wait_until(
+        "a data member to lead",
+        lambda s: s.get("leader") in bootstrap,
+        60,
+        names=list(bootstrap),
+    )
+    leader = str(next(iter(leaders.values()))["leader"])
+    staying = [m for m in bootstrap if m != leader]
+    leaving_traffic = Traffic({leader: bootstrap[leader]}, source_topic, RATE).start()
+    traffic = Traffic({m: bootstrap[m] for m in staying}, source_topic, RATE).start()
+    pauses: dict[str, float] = {}
+    try:
+        wait_for(
+            "traffic to flow everywhere",
+            lambda: all(watch.count(m) >= GROWTH for m in bootstrap),
+            60,
+            lambda: brief_status(group),
+        )
+        # The region to retire stops producing first; the command waits until every
+        # event its sidecar read is in the order, so none of them is left behind.
+        leaving_traffic.stop()
+        output, pauses[f"remove {leader} (the leader)"] = _remove_watching(
+            group, watch, staying, leader
+        )
+        assert f"{leader} is out of the group" in output, output
+        group.stop(leader)
+        _expect_growth(group, watch, staying)
+
+        output, pauses["remove w (the witness)"] = _remove_watching(group, watch, staying, "w")
+        assert "w is out of the group" in output, output
+        group.stop("w")
+        _expect_growth(group, watch, staying)
+
+        # A member restarted now takes the membership from its ledger: its startup file
+        # still names the two removed members, and it must not wait for them.
+        restarted = staying[0]
+        group.stop(restarted)
+        group.start_member(restarted)
+        group.wait_ready(timeout=90, names=staying)
+        _expect_growth(group, watch, staying)
+    finally:
+        produced = {**leaving_traffic.stop(), **traffic.stop()}
+    for member in staying:
+        config = _configuration(group, member)
+        assert config["voters"] == staying and config["witnesses"] == [], config
+        assert config["committed"] is True, config
+    # Every origin's events, the removed leader's included, are in both staying
+    # members' T-global exactly once and in one order.
+    verify_group(group, bootstrap, source_topic, global_topic, produced, replicas=staying)
+    watch.close()
+    (tmp_path / "membership-pauses.json").write_text(json.dumps(pauses))
+    print(f"longest gap in delivery at a staying member, by change: {json.dumps(pauses)}")
+
+
+def _expect_growth(group: LocalSidecarGroup, watch: GlobalWatch, staying: Sequence[str]) -> None:
+    start = {m: watch.count(m) for m in staying}
+    wait_for(
+        f"{', '.join(staying)} to go on ordering",
+        lambda: all(watch.count(m) >= start[m] + GROWTH for m in staying),
+        60,
+        lambda: brief_status(group),
+    )
+
+
+def test_members_remove_refuses_what_would_break_the_group(
+    sidecar_group: Callable[..., LocalSidecarGroup],
+    bootstrap: dict[str, str],
+    source_topic: str,
+) -> None:
+    data = {m: bootstrap[m] for m in ("m1", "m2")}
+    group = sidecar_group("members-refuse", data, source_topic, witnesses=["w"])
+    group.start()
+    group.wait_ready(timeout=90)
+    cases = {
+        # Two data members and a witness: removing a data member leaves as many
+        # witnesses as data voters, which could lose committed entries.
+        "m1": "more voting data members than witnesses",
+        "nobody": "nobody is not in the group's configuration",
+    }
+    for member, expected in cases.items():
+        cli = _members_cli(group, "remove", member, options=["--no-drain", "--timeout", "30"])
+        output, _ = cli.communicate(timeout=60)
+        assert cli.returncode == 1, output
+        assert expected in output, output
+    show = _members_cli(group, "show")
+    output, _ = show.communicate(timeout=60)
+    assert show.returncode == 0, output
+    assert "m1, m2, w (witness)" in output, output
