@@ -110,6 +110,8 @@ class ScriptedGroup:
     statuses: dict[str, dict[str, Any]]
     answers: dict[str, Iterator[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)
+    # GET /source-backlog answers by URL (default: drained)
+    backlogs: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     now: float = 0.0
     on_sleep: list[Any] = field(default_factory=list)
 
@@ -119,6 +121,10 @@ class ScriptedGroup:
     def post(self, url: str, body: Any, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
         self.asked.append(url)
         return next(self.answers[url])
+
+    def get(self, url: str, path: str, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+        assert path == "/source-backlog"
+        return self.backlogs.get(url, (200, {"backlog": {}}))
 
     def clock(self) -> float:
         return self.now
@@ -135,8 +141,6 @@ def _status(member: str, role: str, term: int = 1, **extra: Any) -> dict[str, An
         "role": role,
         "term": term,
         "phase": "running",
-        "sourceBacklog": {},
-        "sourceEndsAgeSeconds": 0.1,
         "configuration": {
             "voters": ["m1", "m2", "m3"],
             "witnesses": [],
@@ -155,6 +159,7 @@ AFTER = {"voters": ["m2", "m3"], "witnesses": [], "learners": [], "index": 9, "c
 def _run(group: ScriptedGroup, monkeypatch: pytest.MonkeyPatch, member: str, **kw: Any) -> str:
     monkeypatch.setattr(members_command, "fetch_status", group.fetch_status)
     monkeypatch.setattr(members_command, "post_membership", group.post)
+    monkeypatch.setattr(members_command, "get_json", group.get)
     lines: list[str] = []
     members_command.remove(
         list(group.statuses),
@@ -173,17 +178,18 @@ def test_removing_the_leader_drains_it_then_asks_the_next_leader(
 ) -> None:
     group = ScriptedGroup(
         {
-            "u1": _status("m1", "leader", sourceBacklog={"t[0]": 3}),
+            "u1": _status("m1", "leader"),
             "u2": _status("m2", "follower"),
             "u3": _status("m3", "follower"),
         }
     )
+    group.backlogs["u1"] = (200, {"backlog": {"t[0]": 3}})
     group.answers["u1"] = iter([(409, {"reason": "the change removes the leader: ask again"})])
-    group.answers["u2"] = iter([(200, {"index": 9})])
+    group.answers["u2"] = iter([(200, {"outcome": "appended", "index": 9})])
 
     def events_flow(g: ScriptedGroup) -> None:
         if g.now >= 2.0:  # m1's last records reach its T-global after a while
-            g.statuses["u1"]["sourceBacklog"] = {}
+            g.backlogs.pop("u1", None)
         if g.asked == ["u1"]:  # it handed over: m2 leads in term 2
             g.statuses["u1"]["role"] = "follower"
             g.statuses["u2"].update(role="leader", term=2)
@@ -202,7 +208,7 @@ def test_removing_the_leader_drains_it_then_asks_the_next_leader(
 def test_a_refused_removal_stops_with_the_leaders_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     group = ScriptedGroup({"u1": _status("m1", "leader"), "u2": _status("m2", "follower")})
     group.answers["u1"] = iter([(422, {"reason": "removing m2: a group needs 2 voters"})])
-    with pytest.raises(MembersCommandError, match="m1 refused: removing m2: a group needs"):
+    with pytest.raises(MembersCommandError, match=r"m1 refused \(HTTP 422\): removing m2: a"):
         _run(group, monkeypatch, "m2", drain=False)
 
 
@@ -226,7 +232,7 @@ def test_a_member_still_busy_at_the_deadline_is_not_removed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     group = ScriptedGroup({"u1": _status("m1", "leader"), "u3": _status("m3", "follower")})
-    group.statuses["u3"]["sourceBacklog"] = {"t[1]": 5}
+    group.backlogs["u3"] = (200, {"backlog": {"t[1]": 5}})
     with pytest.raises(MembersCommandError, match="stop producing to its source topics"):
         _run(group, monkeypatch, "m3", timeout=10.0)
     assert group.asked == [], "nothing was proposed"
@@ -243,26 +249,22 @@ def test_no_leader_taking_the_change_ends_at_the_deadline(
         _run(group, monkeypatch, "m2", drain=False, timeout=5.0)
 
 
-def test_a_drain_trusts_only_end_offsets_fetched_after_it_began(
+def test_a_drain_asks_again_while_the_members_brokers_do_not_answer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    group = ScriptedGroup(
-        {
-            "u1": _status("m1", "leader"),
-            "u2": _status("m2", "follower", sourceEndsAgeSeconds=30.0),
-        }
-    )
-    group.answers["u1"] = iter([(200, {"index": 9})])
+    group = ScriptedGroup({"u1": _status("m1", "leader"), "u2": _status("m2", "follower")})
+    group.backlogs["u2"] = (503, {"reason": "its Kafka cluster did not answer: timed out"})
+    group.answers["u1"] = iter([(200, {"outcome": "appended", "index": 9})])
 
-    def reader(g: ScriptedGroup) -> None:
-        if g.now >= 3.0:  # m2's reader fetches end offsets again
-            g.statuses["u2"]["sourceEndsAgeSeconds"] = 0.2
+    def brokers_back(g: ScriptedGroup) -> None:
+        if g.now >= 3.0:
+            g.backlogs.pop("u2", None)
         if g.asked:
             g.statuses["u1"]["configuration"] = {**AFTER, "voters": ["m1", "m3"]}
 
-    group.on_sleep.append(reader)
+    group.on_sleep.append(brokers_back)
     _run(group, monkeypatch, "m2")
-    assert group.now >= 3.0, "an empty backlog measured before the drain began counts for nothing"
+    assert group.now >= 3.0, "no answer from the brokers is no drain"
 
 
 def test_running_it_again_after_the_change_was_appended_waits_for_the_commit(
@@ -276,7 +278,8 @@ def test_running_it_again_after_the_change_was_appended_waits_for_the_commit(
             "u3": _status("m3", "follower", term=2, configuration=pending),
         }
     )
-    group.answers["u2"] = iter([(404, {"reason": "no member 'm1'", "configuration": pending})])
+    gone = {"outcome": "not-a-member", "reason": "no 'm1'", "configuration": pending}
+    group.answers["u2"] = iter([(404, gone)])
 
     def commit(g: ScriptedGroup) -> None:
         for url in ("u2", "u3"):
@@ -302,8 +305,8 @@ def test_a_removal_cut_from_the_log_and_unreachable_leaders_are_asked_again(
         [
             (0, {"reason": "unreachable: connection refused"}),
             (503, {"reason": "this member is recovering"}),
-            (200, {"index": 9}),
-            (200, {"index": 12}),
+            (200, {"outcome": "appended", "index": 9}),
+            (200, {"outcome": "appended", "index": 12}),
         ]
     )
 
@@ -371,3 +374,10 @@ def test_the_endpoint_is_off_unless_configured_and_takes_only_json() -> None:
     assert answer["index"] == pump.node(leader).log.last_index
     assert other not in answer["configuration"]["voters"]
     assert answer["configuration"]["committed"] is False
+
+
+def test_an_answer_that_is_not_kdsyncs_stops_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    group = ScriptedGroup({"u1": _status("m1", "leader"), "u2": _status("m2", "follower")})
+    group.answers["u1"] = iter([(404, {"reason": "Not Found"})])  # e.g. a proxy
+    with pytest.raises(MembersCommandError, match=r"m1 refused \(HTTP 404\): Not Found"):
+        _run(group, monkeypatch, "m2", drain=False)

@@ -108,7 +108,6 @@ class SourceReader:
         self._closed = False
         self._to_commit: dict[tuple[str, int], int] | None = None
         self._ends: dict[tuple[str, int], int] = {}
-        self.ends_at: float | None = None  # when _ends was last refreshed (monotonic)
         self.errors = 0
         self.last_error: str | None = None
         # When the reader thread last returned from the client (monotonic): a reader stuck
@@ -176,7 +175,6 @@ class SourceReader:
             if high >= 0:
                 ends[(topic, partition)] = int(high)
         self._ends = ends
-        self.ends_at = time.monotonic()
 
     def _discover(self) -> None:
         found = self._topics.source_partitions(self._selects)

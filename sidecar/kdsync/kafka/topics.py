@@ -98,6 +98,19 @@ class ClusterTopics:
             for tp, future in futures.items()
         }
 
+    def earliest_offsets(
+        self, partitions: list[tuple[str, int]], timeout: float = 5.0
+    ) -> dict[tuple[str, int], int]:
+        """The first offset each partition still holds (retention deletes below it)."""
+        futures = self._admin.list_offsets(
+            {TopicPartition(t, p): OffsetSpec.earliest() for t, p in partitions},  # type: ignore[no-untyped-call]
+            request_timeout=timeout,
+        )
+        return {
+            (tp.topic, tp.partition): int(future.result(timeout=timeout).offset)
+            for tp, future in futures.items()
+        }
+
     def ensure(self, name: str, partitions: int, config: Mapping[str, str]) -> None:
         """Create ``name`` unless it exists (created concurrently elsewhere is fine)."""
         if name in self._known:

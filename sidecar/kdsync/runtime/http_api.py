@@ -7,6 +7,7 @@ import ipaddress
 import json
 
 from aiohttp import web
+from confluent_kafka import KafkaException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kdsync.driver.membership_request import Outcome, remove_member
@@ -70,11 +71,25 @@ def build_app(sidecar: Sidecar) -> web.Application:
         answer = remove_member(driver, name)
         return web.json_response(answer.as_json(driver), status=_STATUS[answer.outcome])
 
+    async def source_backlog(_: web.Request) -> web.Response:
+        # For `kdsync members remove`'s drain: asks the brokers, so it is not in /status.
+        if sidecar.phase != "running":
+            return web.json_response({"reason": f"this member is {sidecar.phase}"}, status=503)
+        try:
+            backlog = await sidecar.source_backlog()
+        except LookupError as exc:
+            return web.json_response({"reason": str(exc)}, status=404)
+        except KafkaException as exc:
+            reason = f"its Kafka cluster did not answer: {exc}"
+            return web.json_response({"reason": reason}, status=503)
+        return web.json_response({"backlog": backlog})
+
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/status", status)
+    app.router.add_get("/source-backlog", source_backlog)
     app.router.add_post("/membership", membership)
     return app
 

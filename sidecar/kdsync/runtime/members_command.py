@@ -2,10 +2,10 @@
 
 Removing runs in three steps, each waited for with a deadline:
 
-1. **Drain** (a data member): every record of its source partitions, up to end offsets
-   fetched after the wait began, is in its own ``T-global`` (``sourceBacklog`` in its
-   /status is empty). Events it reads after its removal never enter the order, so the
-   user stops producing to its source topics first.
+1. **Drain** (a data member): every record of its source partitions, up to the ends
+   its brokers report after the wait began, is in its own ``T-global`` (its
+   ``/source-backlog`` is empty). Events it reads after its removal never enter the
+   order, so the user stops producing to its source topics first.
 2. **Propose** on whoever leads, again while the answer is "ask again" (a leader asked to
    remove itself hands over first; a new leader commits an entry of its own first).
 3. **Wait for the commit**, then tell the user to stop the removed member's sidecar: the
@@ -115,15 +115,24 @@ def remove(
             raise MembersCommandError(
                 f"{member} is not in the group's configuration: {describe_configuration(config)}"
             )
-        out(f"{member} is out of the newest configuration already; waiting for its commit")
+        out(f"{member} is out of the newest configuration already; resuming")
     elif drain and member not in config.get("witnesses", []):
-        _drain(member, view, deadline, out, clock, sleep)
+        _drain(
+            member,
+            _answered_by(member, urls, view, deadline, out, clock, sleep),
+            deadline,
+            out,
+            clock,
+            sleep,
+        )
     while True:
         index = _propose(urls, member, deadline, out, clock, sleep)
         final = _await_commit(urls, member, index, deadline, clock, sleep)
         if final is not None:
             break
         out(f"the removal at index {index} was cut from the log (a new leader); asking again")
+        _check_deadline(clock, deadline, f"the removal of {member} kept being cut")
+        sleep(POLL_SECONDS)
     out(f"{member} is out of the group: {describe_configuration(final)}")
     out(f"Stop {member}'s sidecar now: the others no longer talk to it.")
     return 0
@@ -131,6 +140,26 @@ def remove(
 
 def _members_of(config: Mapping[str, Any]) -> list[str]:
     return [*config.get("voters", []), *config.get("learners", [])]
+
+
+def _answered_by(
+    member: str,
+    urls: Sequence[str],
+    view: GroupView,
+    deadline: float,
+    out: Callable[[str], None],
+    clock: Clock,
+    sleep: Sleep,
+) -> GroupView:
+    """A view in which ``member`` answered: it may be busy or frozen for a while, so an
+    address that did not answer is asked again until the deadline."""
+    if member in view.statuses or not view.unreachable:
+        return view
+    out(f"waiting for {member} to answer (unreachable: {', '.join(view.unreachable)})")
+    while member not in view.statuses and clock() < deadline:
+        sleep(POLL_SECONDS)
+        view = look(urls)
+    return view
 
 
 def _drain(
@@ -141,8 +170,8 @@ def _drain(
     clock: Clock,
     sleep: Sleep,
 ) -> None:
-    """Wait until every record in the member's source partitions, up to end offsets its
-    reader fetched after the wait began, is in the member's own T-global: in order."""
+    """Wait until every record in the member's source partitions, up to the ends its
+    brokers report after the wait began, is in its own T-global: in the order."""
     if member not in view.statuses:
         raise MembersCommandError(
             f"{member} did not answer, so nothing shows that it ordered every event it "
@@ -150,33 +179,30 @@ def _drain(
             f"(events it read and did not order then stay out of the group)"
         )
     out(f"waiting for {member} to order every event in its source topics (stop producing first)")
-    began = clock()
     while True:
-        status = look([view.urls[member]]).statuses.get(member, {})
-        age = status.get("sourceEndsAgeSeconds")
-        backlog = status.get("sourceBacklog")
-        if (
-            status.get("phase") == "running"
-            and backlog == {}
-            and age is not None
-            and float(age) < clock() - began
-        ):
+        code, answer = get_json(view.urls[member], "/source-backlog")
+        backlog = answer.get("backlog")
+        if code == 200 and backlog == {}:
             return
-        if clock() >= deadline:
-            raise MembersCommandError(
-                f"{member} still has source records that are not in the order "
-                f"({_brief_backlog(backlog)}): stop producing to its source topics, or give "
-                "a longer --timeout (a source written by transactional producers keeps its "
-                "last commit marker here: check the outbox is empty, then use --no-drain)"
-            )
+        if code == 200 and isinstance(backlog, dict):
+            shown = ", ".join(f"{where} {count}" for where, count in list(backlog.items())[:3])
+            problem = f"records not yet in the order: {shown}"
+        else:
+            problem = str(answer.get("reason") or f"HTTP {code}")
+        _check_deadline(
+            clock,
+            deadline,
+            f"{member} is not drained ({problem}): stop producing to its source topics, or "
+            "give a longer --timeout. A source written by transactional producers keeps its "
+            "last commit marker (or an aborted tail) here: check its outboxBatches is 0 in "
+            "`kdsync status`, then use --no-drain",
+        )
         sleep(POLL_SECONDS)
 
 
-def _brief_backlog(backlog: object) -> str:
-    if not isinstance(backlog, dict):
-        return "its status shows no source backlog: is it a release without one?"
-    shown = ", ".join(f"{where} {count}" for where, count in list(backlog.items())[:3])
-    return f"records behind: {shown}" if shown else "its source end offsets are not fresh yet"
+def _check_deadline(clock: Clock, deadline: float, problem: str) -> None:
+    if clock() >= deadline:
+        raise MembersCommandError(problem)
 
 
 def _propose(
@@ -194,21 +220,24 @@ def _propose(
         target = view.leader or next(iter(view.statuses))
         code, answer = post_membership(view.urls[target], {"remove": member})
         reason = str(answer.get("reason") or "")
-        if code == 200:
+        outcome = answer.get("outcome")
+        if code == 200 and outcome == "appended":
             return int(answer["index"])
-        if code == 404 and target == view.leader:
+        index = int((answer.get("configuration") or {}).get("index", 0))
+        if code == 404 and outcome == "not-a-member" and target == view.leader and index:
             # Not in the leader's configuration: an earlier ask appended it already.
-            return int(answer.get("configuration", {}).get("index", 0))
-        if code in (400, 403, 422):
-            raise MembersCommandError(f"{target} refused: {reason}")
+            return index
+        if 400 <= code < 500 and code != 409 and outcome != "not-a-member":
+            raise MembersCommandError(f"{target} refused (HTTP {code}): {reason}")
         if reason != last_reason:
-            out(f"{target}: {reason or 'no answer'}; asking again")
+            out(f"{target}: {reason or f'HTTP {code}'}; asking again")
             last_reason = reason
-        if clock() >= deadline:
-            raise MembersCommandError(
-                f"no leader took the change before the deadline (last answer: {reason}); "
-                "check `kdsync status`, then run the command again"
-            )
+        _check_deadline(
+            clock,
+            deadline,
+            f"no leader took the change before the deadline (last answer: {reason}); "
+            "check `kdsync status`, then run the command again",
+        )
         sleep(POLL_SECONDS)
 
 
@@ -240,11 +269,12 @@ def _await_commit(
             and member in _members_of(leader.get("configuration") or {})
         ):
             return None  # committed past the change without it: it was cut
-        if clock() >= deadline:
-            raise MembersCommandError(
-                f"the removal of {member} (index {index}) was not seen committed before the "
-                "deadline: the group may lack a majority; check `kdsync status`"
-            )
+        _check_deadline(
+            clock,
+            deadline,
+            f"the removal of {member} (index {index}) was not seen committed before the "
+            "deadline: the group may lack a majority; check `kdsync status`",
+        )
         sleep(POLL_SECONDS)
 
 
@@ -252,20 +282,32 @@ def post_membership(
     url: str, body: Mapping[str, Any], timeout: float = 10.0
 ) -> tuple[int, dict[str, Any]]:
     """POST /membership; (HTTP status, answer). Unreachable is (0, {reason})."""
-    target = url.rstrip("/")
-    if not target.startswith(("http://", "https://")):
-        target = f"http://{target}"
-    if target.endswith("/status"):
-        target = target[: -len("/status")]
     request = urllib.request.Request(
-        f"{target}/membership",
+        f"{_base(url)}/membership",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
+    return _exchange(request, timeout)
+
+
+def get_json(url: str, path: str, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+    """GET ``path``; (HTTP status, answer). Unreachable is (0, {reason})."""
+    return _exchange(urllib.request.Request(f"{_base(url)}{path}"), timeout)
+
+
+def _base(url: str) -> str:
+    target = url.rstrip("/")
+    if not target.startswith(("http://", "https://")):
+        target = f"http://{target}"
+    return target.removesuffix("/status")
+
+
+def _exchange(request: urllib.request.Request, timeout: float) -> tuple[int, dict[str, Any]]:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
+            answer = json.loads(response.read())
+            return response.status, answer if isinstance(answer, dict) else {}
     except urllib.error.HTTPError as exc:
         try:
             answer = json.loads(exc.read())

@@ -415,16 +415,28 @@ class Sidecar:
             m.source_errors.set(self._cluster.reader.errors)
         m.ready.set(1 if self.readiness()[0] else 0)
 
-    def _source_backlog(self) -> dict[str, int]:
-        """Own source records not yet in this member's T-global, by partition, as of the
-        end offsets last fetched (heartbeats left out: they never stop)."""
-        assert self._cluster is not None
-        marks = self._observer.own_marks
+    async def source_backlog(self) -> dict[str, int]:
+        """Own source records not yet in this member's T-global, by partition: the
+        brokers' current ends (read_committed), asked now, against the positions this
+        member has delivered, read after them (so an empty answer means everything up to
+        those ends is ordered). Raises KafkaException when the brokers do not answer."""
+        cluster = self._cluster
+        if cluster is None:
+            raise LookupError("a witness reads no source topics")
+        topics = cluster.topics
+
+        def ask() -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+            found = topics.source_partitions(self.config.topics.selects)
+            partitions = [(t, p) for t, count in found.items() for p in range(count)]
+            return topics.earliest_offsets(partitions), topics.committed_ends(partitions)
+
+        earliest, ends = await asyncio.to_thread(ask)
+        marks = self._observer.own_marks  # after the ends: it only grows
         backlog: dict[str, int] = {}
-        for (topic, partition), end in sorted(self._cluster.reader.end_offsets().items()):
-            behind = end - marks.get((topic, partition), 0)
-            if topic != self.heartbeat_topic and behind > 0:
-                backlog[f"{topic}[{partition}]"] = behind
+        for where, end in sorted(ends.items()):
+            done = max(marks.get(where, 0), earliest.get(where, 0))
+            if end > done:
+                backlog[f"{where[0]}[{where[1]}]"] = end - done
         return backlog
 
     def status_document(self) -> dict[str, Any]:
@@ -462,11 +474,6 @@ class Sidecar:
             doc["lastSourceError"] = self._cluster.reader.last_error
             doc["sourceQueued"] = self._cluster.reader.batches.qsize()
             doc["sourceReadAgoSeconds"] = round(time.monotonic() - self._cluster.reader.read_at, 1)
-            doc["sourceBacklog"] = self._source_backlog()
-            ends_at = self._cluster.reader.ends_at
-            doc["sourceEndsAgeSeconds"] = (
-                None if ends_at is None else round(time.monotonic() - ends_at, 1)
-            )
             doc["stoppedSources"] = {
                 f"{topic}[{partition}]": reason
                 for (topic, partition), reason in sorted(self._cluster.reader.stopped.items())

@@ -29,6 +29,7 @@ from tests.integration.sidecar.harness import (
 pytestmark = pytest.mark.kafka
 
 RATE = 150  # events/s per origin
+BURST = 3000  # events the member to remove has not read when its removal is asked
 GROWTH = 300  # events each staying member must gain after a change: ordering goes on
 
 
@@ -143,6 +144,46 @@ def _expect_growth(group: LocalSidecarGroup, watch: GlobalWatch, staying: Sequen
         60,
         lambda: brief_status(group),
     )
+
+
+def test_events_a_member_has_not_ordered_yet_are_drained_before_its_removal(
+    sidecar_group: Callable[..., LocalSidecarGroup],
+    bootstrap: dict[str, str],
+    source_topic: str,
+) -> None:
+    """The member to remove is frozen (SIGSTOP) with a burst of events in its source
+    topic that it has not read. The command must wait for them: the member is thawed
+    only once the command says it waits, and every event must end in the others'
+    T-global. Without the drain the removal commits while it is frozen, and its events
+    are lost to the group."""
+    group = sidecar_group("members-drain", bootstrap, source_topic)
+    global_topic, watch = start_watched(group, bootstrap, source_topic)
+    leaders = group.wait_until("a leader", lambda s: s.get("leader") in bootstrap, 60)
+    leader = str(next(iter(leaders.values()))["leader"])
+    victim = next(m for m in bootstrap if m != leader)
+    staying = [m for m in bootstrap if m != victim]
+    group.pause(victim)
+    try:
+        produced = Traffic({victim: bootstrap[victim]}, source_topic, count_per_origin=BURST)
+        produced.start().join()
+        cli = _members_cli(group, "remove", victim, options=["--timeout", "120"])
+        assert cli.stdout is not None
+        lines = []
+        for line in cli.stdout:  # ends when the command exits (it has a deadline)
+            lines.append(line)
+            if f"waiting for {victim}" in line:
+                group.resume(victim)
+        cli.wait(timeout=30)
+    finally:
+        group.resume(victim)
+    output = "".join(lines)
+    assert cli.returncode == 0, output
+    group.stop(victim)
+    counts = {m: 0 for m in bootstrap} | produced.acked
+    verify_group(
+        group, bootstrap, source_topic, global_topic, counts, replicas=staying, watch=watch
+    )
+    watch.close()
 
 
 def test_members_remove_refuses_what_would_break_the_group(
