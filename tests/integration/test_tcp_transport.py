@@ -459,6 +459,30 @@ def test_restarted_peer_is_reconnected_and_queued_frames_flow(
     run(main)
 
 
+def test_a_retired_peer_is_no_longer_dialled_but_may_still_send(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """A member removed from the group: the others stop dialling it and drop what they
+    would send it; what it sends them (it may not know it was removed) still arrives."""
+    configs = group_configs(pki, ["a", "b"])
+
+    async def main() -> None:
+        async with running(configs["a"], configs["b"]) as (a, b):
+            await wait_until(connected(a, "b"), "a connects to b")
+            await wait_until(connected(b, "a"), "b connects to a")
+            assert a.retire_peer("b") is True
+            assert a.retire_peer("b") is False, "once"
+            assert a.peer_states()["b"].outbound is LinkStatus.RETIRED
+            assert a.send("b", b"dropped") is False
+            await wait_until(
+                lambda: not b.peer_states()["a"].inbound_connected, "a's link to b closes"
+            )
+            await assert_delivers(b, a, b"from the removed member")
+            assert a.peer_states()["b"].outbound is LinkStatus.RETIRED
+
+    run(main)
+
+
 def test_sends_to_a_down_peer_return_promptly_and_stay_bounded(
     pki: dict[str, MemberTlsFiles],
 ) -> None:

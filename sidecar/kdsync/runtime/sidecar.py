@@ -397,6 +397,16 @@ class Sidecar:
         m.commit_index.set(status.commit_index)
         m.applied_index.set(driver.state.durable_applied)
         m.log_memory.set(node.log_memory_bytes())
+        config = node.config
+        m.group_members.set(len(config.members))
+        if self.transport is not None and node.config_index <= status.commit_index:
+            # A member whose removal committed is gone for good: stop dialling it (the
+            # startup file still names it) and drop its series.
+            for name in self.transport.peers:
+                if name not in config.members and self.transport.retire_peer(name):
+                    for gauge in (m.view_member, m.member_lag):
+                        with contextlib.suppress(KeyError):
+                            gauge.remove(name)
         for member, entries in node_section(driver)["memberLag"].items():
             m.member_lag.labels(member).set(entries)
         if self.transport is not None:

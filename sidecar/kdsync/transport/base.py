@@ -59,6 +59,7 @@ class LinkStatus(enum.StrEnum):
     CONNECTED = "connected"  # handshake done; queued frames are being written
     BACKOFF = "backoff"  # last attempt failed or the link dropped; waiting to retry
     CLOSED = "closed"  # the transport was closed
+    RETIRED = "retired"  # the peer left the group: no longer dialled
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,11 @@ class PeerTransport(Protocol):
 
     def peer_states(self) -> dict[str, PeerState]:
         """A snapshot of every peer's link state and counters, keyed by peer name."""
+        ...
+
+    def retire_peer(self, peer: str) -> bool:
+        """Stop dialling ``peer`` (removed from the group) and drop what is queued for it;
+        frames sent to it later are dropped. True the first time."""
         ...
 
     @property

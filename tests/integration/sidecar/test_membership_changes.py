@@ -109,6 +109,13 @@ def test_remove_the_leader_then_the_witness_under_traffic(
         assert f"{leader} is out of the group" in output, output
         group.stop(leader)
         _expect_growth(group, watch, staying)
+        # The startup files still name it, but no one dials it any more.
+        group.wait_until(
+            f"the others to stop dialling {leader}",
+            lambda s: (s.get("peers") or {}).get(leader, {}).get("link") == "retired",
+            30,
+            names=[*staying, "w"],
+        )
 
         output, pauses["remove w (the witness)"] = _remove_watching(group, watch, staying, "w")
         assert "w is out of the group" in output, output
@@ -122,6 +129,15 @@ def test_remove_the_leader_then_the_witness_under_traffic(
         group.start_member(restarted)
         group.wait_ready(timeout=90, names=staying)
         _expect_growth(group, watch, staying)
+        group.wait_until(
+            "the restarted member to dial only the members in force",
+            lambda s: all(
+                (s.get("peers") or {}).get(gone, {}).get("link") == "retired"
+                for gone in (leader, "w")
+            ),
+            30,
+            names=[restarted],
+        )
     finally:
         produced = {**leaving_traffic.stop(), **traffic.stop()}
     for member in staying:

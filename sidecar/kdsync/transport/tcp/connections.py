@@ -87,12 +87,14 @@ class Peer:
     frames_received: int = 0
     bytes_received: int = 0
     inbound_task: asyncio.Task[Any] | None = field(default=None, repr=False)
+    dial_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    retired: bool = False  # left the group: no longer dialled, frames for it dropped
 
     def snapshot(self) -> PeerState:
         return PeerState(
             peer=self.name,
             address=self.address,
-            outbound=self.status,
+            outbound=LinkStatus.RETIRED if self.retired else self.status,
             inbound_connected=self.inbound_task is not None,
             last_error=self.last_error,
             last_error_at=self.last_error_at,
@@ -195,14 +197,15 @@ class TcpTransport:
             self._on_connection, host, port, limit=STREAM_LIMIT, reuse_address=True
         )
         for peer in self._peers.values():
-            self._spawn(self._dial_loop(peer), f"kdsync-dial-{peer.name}")
+            if not peer.retired:
+                peer.dial_task = self._spawn(self._dial_loop(peer), f"kdsync-dial-{peer.name}")
 
     def send(self, peer: str, frame: bytes) -> bool:
         state = self._peers.get(peer)
         if state is None:
             raise ValueError(f"{peer!r} is not another member of group {self.config.group!r}")
         check_frame_size(len(frame), self.config.max_frame_bytes)
-        if self._closing:
+        if self._closing or state.retired:
             return False
         if state.queue.put(frame):
             return True
@@ -224,6 +227,19 @@ class TcpTransport:
 
     def peer_states(self) -> dict[str, PeerState]:
         return {name: peer.snapshot() for name, peer in self._peers.items()}
+
+    def retire_peer(self, peer: str) -> bool:
+        state = self._peers.get(peer)
+        if state is None or state.retired:
+            return False
+        state.retired = True
+        state.next_attempt_at = None
+        state.queue.frames.clear()
+        state.queue.bytes = 0
+        if state.dial_task is not None:
+            state.dial_task.cancel()  # closes the outbound link; an inbound one may stay
+        logger.info("stopped dialling %s: it is no longer a member of the group", peer)
+        return True
 
     async def close(self) -> None:
         if self._closing:
@@ -257,10 +273,11 @@ class TcpTransport:
 
     # -- tasks -----------------------------------------------------------------------
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def _record_error(self, peer: Peer, exc: BaseException, what: str) -> None:
         description = describe(exc)
@@ -284,7 +301,7 @@ class TcpTransport:
         # asyncio.timeout rather than wait_for throughout: on 3.11, wait_for can turn a
         # cancellation that races with completion into a normal return, and this loop
         # would then outlive close(). The _closing check is a second line of defence.
-        while not self._closing:
+        while not self._closing and not peer.retired:
             peer.status = LinkStatus.CONNECTING
             peer.next_attempt_at = None
             peer.connect_attempts += 1
