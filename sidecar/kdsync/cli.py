@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Talks to the sidecars' HTTP ports (give every member, so the leader is "
         "found). `remove` waits until a data member has ordered every event it read (stop "
         "producing to it first), has the leader append the change, waits for its commit, "
-        "and then tells you to stop the removed member's sidecar. Membership changes are "
-        "taken only from the sidecar's own host (use kubectl port-forward in a cluster).",
+        "and then tells you to stop the removed member's sidecar. A sidecar takes membership "
+        "changes only with allowMembershipChanges: true, and only from its own host.",
     )
     actions = members.add_subparsers(dest="action", required=True)
     for action in ("show", "remove"):

@@ -156,6 +156,16 @@ JSON = "application/json"
 AFTER = {"voters": ["m2", "m3"], "witnesses": [], "learners": [], "index": 9, "committed": True}
 
 
+def _m1_leading_m2_and_m3() -> ScriptedGroup:
+    return ScriptedGroup(
+        {
+            "u1": _status("m1", "leader"),
+            "u2": _status("m2", "follower"),
+            "u3": _status("m3", "follower"),
+        }
+    )
+
+
 def _run(group: ScriptedGroup, monkeypatch: pytest.MonkeyPatch, member: str, **kw: Any) -> str:
     monkeypatch.setattr(members_command, "fetch_status", group.fetch_status)
     monkeypatch.setattr(members_command, "post_membership", group.post)
@@ -176,13 +186,7 @@ def _run(group: ScriptedGroup, monkeypatch: pytest.MonkeyPatch, member: str, **k
 def test_removing_the_leader_drains_it_then_asks_the_next_leader(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    group = ScriptedGroup(
-        {
-            "u1": _status("m1", "leader"),
-            "u2": _status("m2", "follower"),
-            "u3": _status("m3", "follower"),
-        }
-    )
+    group = _m1_leading_m2_and_m3()
     group.backlogs["u1"] = (200, {"backlog": {"t[0]": 3}})
     group.answers["u1"] = iter([(409, {"reason": "the change removes the leader: ask again"})])
     group.answers["u2"] = iter([(200, {"outcome": "appended", "index": 9})])
@@ -294,13 +298,7 @@ def test_running_it_again_after_the_change_was_appended_waits_for_the_commit(
 def test_a_removal_cut_from_the_log_and_unreachable_leaders_are_asked_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    group = ScriptedGroup(
-        {
-            "u1": _status("m1", "leader"),
-            "u2": _status("m2", "follower"),
-            "u3": _status("m3", "follower"),
-        }
-    )
+    group = _m1_leading_m2_and_m3()
     group.answers["u1"] = iter(
         [
             (0, {"reason": "unreachable: connection refused"}),

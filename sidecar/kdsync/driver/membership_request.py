@@ -56,7 +56,7 @@ def remove_member(driver: MemberDriver, member: str) -> MembershipAnswer:
         return MembershipAnswer(
             Outcome.NOT_A_MEMBER,
             f"no member {member!r} in the configuration in force ({config.describe()})",
-            node.status().leader,
+            status.leader,
         )
     proposed = config.without(member)
     problem = change_problem(config, proposed)

@@ -88,22 +88,20 @@ class ClusterTopics:
         """The last stable offset of each partition: where a read_committed reader can
         read to now. Asked through the admin client, independently of any consumer.
         Raises KafkaException when the brokers do not answer within ``timeout``."""
-        futures = self._admin.list_offsets(
-            {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions},  # type: ignore[no-untyped-call]
-            isolation_level=IsolationLevel.READ_COMMITTED,
-            request_timeout=timeout,
-        )
-        return {
-            (tp.topic, tp.partition): int(future.result(timeout=timeout).offset)
-            for tp, future in futures.items()
-        }
+        return self._list_offsets(partitions, OffsetSpec.latest(), timeout)  # type: ignore[no-untyped-call]
 
     def earliest_offsets(
         self, partitions: list[tuple[str, int]], timeout: float = 5.0
     ) -> dict[tuple[str, int], int]:
         """The first offset each partition still holds (retention deletes below it)."""
+        return self._list_offsets(partitions, OffsetSpec.earliest(), timeout)  # type: ignore[no-untyped-call]
+
+    def _list_offsets(
+        self, partitions: list[tuple[str, int]], spec: OffsetSpec, timeout: float
+    ) -> dict[tuple[str, int], int]:
         futures = self._admin.list_offsets(
-            {TopicPartition(t, p): OffsetSpec.earliest() for t, p in partitions},  # type: ignore[no-untyped-call]
+            {TopicPartition(t, p): spec for t, p in partitions},
+            isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=timeout,
         )
         return {

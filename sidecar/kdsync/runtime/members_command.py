@@ -26,6 +26,7 @@ from kdsync.runtime.status_report import (
     describe_configuration,
     fetch_status,
     newest_configuration,
+    reported_configurations,
 )
 
 # How often the group is asked again while waiting (the CLI polls HTTP; nothing finer).
@@ -60,7 +61,7 @@ class GroupView:
 
     @property
     def configurations(self) -> list[Mapping[str, Any]]:
-        return [s["configuration"] for s in self.statuses.values() if "configuration" in s]
+        return reported_configurations(self.statuses.values())
 
     @property
     def leader(self) -> str | None:

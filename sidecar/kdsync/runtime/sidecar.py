@@ -23,7 +23,7 @@ from typing import Any
 from kdsync import naming
 from kdsync.config import SidecarConfig
 from kdsync.driver import FRAMES_PER_TURN, DriverLimits, DriverPorts, MemberDriver
-from kdsync.driver.report import delivery_section, node_section, readiness
+from kdsync.driver.report import delivery_section, member_lag, node_section, readiness
 from kdsync.failover.group_sync import GroupOffsetSync
 from kdsync.kafka.errors import KafkaShellError
 from kdsync.kafka.global_topic_check import GlobalTopicConfigCheck
@@ -407,7 +407,7 @@ class Sidecar:
                     for gauge in (m.view_member, m.member_lag):
                         with contextlib.suppress(KeyError):
                             gauge.remove(name)
-        for member, entries in node_section(driver)["memberLag"].items():
+        for member, entries in member_lag(driver).items():
             m.member_lag.labels(member).set(entries)
         if self.transport is not None:
             for peer in self.transport.peer_states().values():

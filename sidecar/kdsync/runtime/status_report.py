@@ -32,11 +32,15 @@ def describe_configuration(config: Mapping[str, Any]) -> str:
     return f"{', '.join(parts)} (index {config.get('index', 0)}, {state})"
 
 
+def reported_configurations(statuses: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The configuration each member reports in its /status (members of older releases
+    report none)."""
+    return [s["configuration"] for s in statuses if "configuration" in s]
+
+
 def newest_configuration(statuses: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The newest configuration the members report (a leader's is never older)."""
-    configs: list[Mapping[str, Any]] = [
-        s["configuration"] for s in statuses if "configuration" in s
-    ]
+    configs = reported_configurations(statuses)
     if not configs:
         return None
     return max(configs, key=lambda c: (c.get("index", 0), bool(c.get("committed"))))
