@@ -88,7 +88,7 @@ def membership_change_problems(
     """An update that adds or removes members, or turns one into a witness or back.
 
     Membership is static for the operator: the core changes its voters one at a time
-    and ``kdsync members remove`` drives that for sidecars run by hand, but the operator
+    and ``kdsync members remove|add`` drive that for sidecars run by hand, but the operator
     does not yet (issue #17), and restarting members onto a new list while others still
     run the old one could let two majorities order at once. Reordering ``members`` or
     changing a member's Kafka settings or address is not a membership change."""

@@ -1,6 +1,6 @@
 """The ``kdsync`` command: run a sidecar, show a group's status, audit, check a config,
-remove a member from a running group, fail consumer groups over between members, issue
-a group's certificates."""
+add a witness to or remove a member from a running group, fail consumer groups over
+between members, issue a group's certificates."""
 
 from __future__ import annotations
 
@@ -79,6 +79,15 @@ def _members(args: argparse.Namespace) -> int:
     try:
         if args.action == "show":
             return members_command.show(urls, print)
+        if args.action == "add":
+            return members_command.add(
+                urls,
+                args.member,
+                witness=args.witness,
+                peer=args.peer,
+                timeout=args.timeout,
+                out=print,
+            )
         return members_command.remove(
             urls, args.member, timeout=args.timeout, drain=not args.no_drain, out=print
         )
@@ -194,25 +203,41 @@ def main(argv: list[str] | None = None) -> int:
     status.set_defaults(handler=_status)
     members = commands.add_parser(
         "members",
-        help="show a running group's configuration, or remove a member from it",
+        help="show a running group's configuration, remove a member, or add a witness",
         description="Talks to the sidecars' HTTP ports (give every member, so the leader is "
         "found). `remove` waits until a data member has ordered every event it read (stop "
         "producing to it first), has the leader append the change, waits for its commit, "
-        "and then tells you to stop the removed member's sidecar. A sidecar takes membership "
+        "and then tells you to stop the removed member's sidecar. `add NAME --witness` adds "
+        "a witness whose sidecar already runs (its file names the group's members and "
+        "itself) and waits until it follows the group. A sidecar takes membership "
         "changes only with allowMembershipChanges: true, and only from its own host.",
     )
     actions = members.add_subparsers(dest="action", required=True)
-    for action in ("show", "remove"):
+    for action in ("show", "remove", "add"):
         sub = actions.add_parser(action)
         if action == "remove":
             sub.add_argument("member", help="the member to remove (data member or witness)")
             sub.add_argument(
-                "--timeout", type=float, default=120.0, help="seconds for all steps (120)"
-            )
-            sub.add_argument(
                 "--no-drain",
                 action="store_true",
                 help="do not wait for the member to order what it read (it is gone for good)",
+            )
+        if action == "add":
+            sub.add_argument(
+                "member", help="the witness to add; its sidecar must run (give its address too)"
+            )
+            sub.add_argument(
+                "--witness",
+                action="store_true",
+                help="the member is a witness (required: only witnesses can be added yet)",
+            )
+            sub.add_argument(
+                "--peer",
+                help="host:port the others dial it at (default: what its sidecar reports)",
+            )
+        if action != "show":
+            sub.add_argument(
+                "--timeout", type=float, default=120.0, help="seconds for all steps (120)"
             )
         sub.add_argument("urls", nargs="*", help="sidecar HTTP addresses, e.g. 127.0.0.1:8080")
         sub.add_argument(

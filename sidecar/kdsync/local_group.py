@@ -25,6 +25,7 @@ import yaml
 from kdsync.localkafka.config import allocate_ports
 from kdsync.localkafka.process import spawn_tied_to_parent
 from kdsync.pki import make_group_pki
+from kdsync.transport.identity import MemberTlsFiles
 
 
 @dataclass
@@ -91,41 +92,66 @@ class LocalSidecarGroup:
             for i, name in enumerate(names)
         ]
         self.members: dict[str, LocalMember] = {}
+        self._members_yaml = members_yaml
+        self._settings: dict[str, Any] = {
+            "topics": dict(topics or {"names": ["orders"]}),
+            "allowMembershipChanges": True,  # kdsync members, from this host only
+            "ordering": dict(ordering or {"tickMs": 20}),
+        }
+        if group_offset_sync:
+            self._settings["groupOffsetSync"] = dict(group_offset_sync)
+        if transport:
+            self._settings["transport"] = dict(transport)
         for i, name in enumerate(names):
-            http = f"127.0.0.1:{ports[2 * i + 1]}"
-            files = tls[name]
             routes = (peer_routes or {}).get(name, {})
-            config = {
-                "group": group,
-                "member": name,
-                "members": [
-                    {**entry, "peer": routes[str(entry["name"])]}
-                    if entry["name"] in routes
-                    else entry
-                    for entry in members_yaml
-                ],
-                "topics": dict(topics or {"names": ["orders"]}),
-                "tls": {
-                    "ca": str(files.ca_cert),
-                    "cert": str(files.cert),
-                    "key": str(files.key),
-                },
-                "http": http,
-                "allowMembershipChanges": True,  # kdsync members, from this host only
-                "ordering": dict(ordering or {"tickMs": 20}),
-            }
-            if group_offset_sync:
-                config["groupOffsetSync"] = dict(group_offset_sync)
-            if transport:
-                config["transport"] = dict(transport)
-            peer = f"127.0.0.1:{ports[2 * i]}"
-            if routes:
-                config["listen"] = peer
-            path = run_dir / f"{name}.yaml"
-            path.write_text(yaml.safe_dump(config, sort_keys=False))
-            self.members[name] = LocalMember(
-                name, name in witnesses, path, run_dir / f"{name}.log", http, peer
+            self._add_member(
+                name, name in witnesses, tls[name], ports[2 * i], ports[2 * i + 1], routes
             )
+
+    def _add_member(
+        self,
+        name: str,
+        witness: bool,
+        files: MemberTlsFiles,
+        peer_port: int,
+        http_port: int,
+        routes: Mapping[str, str],
+    ) -> LocalMember:
+        http = f"127.0.0.1:{http_port}"
+        peer = f"127.0.0.1:{peer_port}"
+        config: dict[str, Any] = {
+            "group": self.group,
+            "member": name,
+            "members": [
+                {**entry, "peer": routes[str(entry["name"])]} if entry["name"] in routes else entry
+                for entry in self._members_yaml
+            ],
+            "tls": {"ca": str(files.ca_cert), "cert": str(files.cert), "key": str(files.key)},
+            "http": http,
+            **self._settings,
+        }
+        if routes:
+            config["listen"] = peer
+        path = self.run_dir / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        member = LocalMember(name, witness, path, self.run_dir / f"{name}.log", http, peer)
+        self.members[name] = member
+        return member
+
+    def add_witness(self, name: str) -> LocalMember:
+        """Write the config of a new witness, to join the running group with
+        ``kdsync members add NAME --witness`` once started: its file names the members
+        of the startup files and itself (with a certificate from the group's CA)."""
+        if name in self.members:
+            raise ValueError(f"{name} is a member of the group already")
+        peer_port, http_port = allocate_ports(2)
+        self._members_yaml = [
+            *self._members_yaml,
+            {"name": name, "peer": f"127.0.0.1:{peer_port}", "witness": True},
+        ]
+        names = [str(entry["name"]) for entry in self._members_yaml]
+        files = make_group_pki(self.group, names, self.run_dir / "pki")[name]
+        return self._add_member(name, True, files, peer_port, http_port, {})
 
     # -- processes ---------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import socket
 import ssl
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -122,8 +122,14 @@ def connected(transport: TcpTransport, *peers: str) -> Callable[[], bool]:
 
 
 @contextlib.asynccontextmanager
-async def running(*configs: TcpTransportConfig) -> AsyncIterator[list[TcpTransport]]:
+async def running(
+    *configs: TcpTransportConfig, changed: Collection[str] = ()
+) -> AsyncIterator[list[TcpTransport]]:
+    """The transports started; those of the members ``changed`` know their membership
+    changed at runtime (``membership_changed``) from the start."""
     transports = [TcpTransport(config, jitter=no_jitter) for config in configs]
+    for transport in transports:
+        transport.membership_changed = transport.member in changed
     try:
         for transport in transports:
             await transport.start()
@@ -479,6 +485,193 @@ def test_a_retired_peer_is_no_longer_dialled_but_may_still_send(
             )
             await assert_delivers(b, a, b"from the removed member")
             assert a.peer_states()["b"].outbound is LinkStatus.RETIRED
+
+    run(main)
+
+
+def _agreement(
+    *members: str, witnesses: Collection[str] = (), partitions: int = 1
+) -> dict[str, Any]:
+    """What a startup file makes every member agree on (``members`` as the sidecar
+    builds it: name and whether a witness)."""
+    return {
+        "members": [[m, m in witnesses] for m in members],
+        "topics": {"globalPartitions": partitions},
+    }
+
+
+def disagreeing(*pairs: tuple[TcpTransport, str]) -> Callable[[], bool]:
+    def check() -> bool:
+        return all(
+            "configuration disagrees" in (t.peer_states()[p].last_error or "") for t, p in pairs
+        )
+
+    return check
+
+
+def test_member_lists_that_differ_link_up_once_a_membership_changed_at_runtime(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """b's file names a witness c added since a started: refused while both go by their
+    files, linked both ways once a's membership comes from its log."""
+    configs = group_configs(pki, ["a", "b"])
+    a_config = replace(configs["a"], agreement=_agreement("a", "b"))
+    b_config = replace(configs["b"], agreement=_agreement("a", "b", "c", witnesses={"c"}))
+
+    async def main() -> None:
+        async with running(a_config, b_config) as (a, b):
+            await wait_until(disagreeing((a, "b"), (b, "a")), "a and b refuse each other")
+            error = a.peer_states()["b"].last_error or ""
+            assert "members:" in error and "globalPartitions" not in error, error
+
+            a.membership_changed = True  # the next dial, either way, is welcome
+            await wait_until(connected(a, "b"), "a connects to b")
+            await wait_until(connected(b, "a"), "b connects to a")
+            await assert_delivers(a, b, b"a to b")
+            await assert_delivers(b, a, b"b to a")
+
+    run(main)
+
+
+def test_topics_must_still_agree_after_a_membership_change(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    configs = group_configs(pki, ["a", "b"])
+    a_config = replace(configs["a"], agreement=_agreement("a", "b"))
+    b_config = replace(configs["b"], agreement=_agreement("a", "b", "c", partitions=3))
+
+    async def main() -> None:
+        async with running(a_config, b_config, changed={"a", "b"}) as (a, b):
+            await wait_until(disagreeing((a, "b"), (b, "a")), "a and b refuse each other")
+            for transport, peer in ((a, "b"), (b, "a")):
+                state = transport.peer_states()[peer]
+                error = state.last_error or ""
+                assert "globalPartitions" in error and "members:" not in error, error
+                assert state.outbound is not LinkStatus.CONNECTED
+                assert state.frames_sent == 0 and state.frames_received == 0
+
+    run(main)
+
+
+def test_a_member_added_at_runtime_is_dialled_and_accepted(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """a and b started as a group of two; c, a witness added since, runs with a file that
+    names all three. Once a adds it (its address from the log), frames flow both ways
+    between a and c; b, which has not, still refuses c."""
+    configs = group_configs(pki, ["a", "b", "c"])
+    ab = {m: configs["a"].peers[m] for m in ("a", "b")}
+    a_config = replace(configs["a"], peers=ab, agreement=_agreement("a", "b"))
+    b_config = replace(configs["b"], peers=ab, agreement=_agreement("a", "b"))
+    c_config = replace(configs["c"], agreement=_agreement("a", "b", "c", witnesses={"c"}))
+    c_address = configs["c"].listen
+
+    async def main() -> None:
+        async with running(a_config, b_config, c_config) as (a, b, c):
+            assert a.peers == ("b",)
+            await wait_until(lambda: a.rejected_connections > 0, "a refuses c, a stranger")
+            assert c.peer_states()["a"].outbound is not LinkStatus.CONNECTED
+
+            a.membership_changed = True
+            assert a.add_peer("c", c_address) is True
+            assert set(a.peers) == {"b", "c"}
+            await wait_until(connected(a, "c"), "a dials c")
+            await wait_until(connected(c, "a"), "c's dial to a is taken")
+            await assert_delivers(a, c, b"append for the witness")
+            await assert_delivers(c, a, b"the witness answers")
+            await assert_delivers(a, b, b"b is still there")
+
+            assert a.add_peer("c", c_address) is False, "a live peer already"
+            assert a.add_peer("a", a_config.listen) is False, "ourselves"
+            assert a.add_peer("b", "127.0.0.1:1") is False
+            assert a.peer_states()["b"].address == b_config.listen, "b's address is kept"
+            with pytest.raises(ValueError):
+                a.add_peer("no such/name", "127.0.0.1:7400")
+            with pytest.raises(ValueError):
+                a.add_peer("d", "no port")
+            assert set(a.peers) == {"b", "c"}
+
+            assert "c" not in b.peers
+            assert c.peer_states()["b"].outbound is not LinkStatus.CONNECTED
+
+    run(main)
+
+
+def test_a_member_added_before_start_is_dialled_at_start(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """A restarted member learns of c from its ledger before its transport starts."""
+    configs = group_configs(pki, ["a", "b", "c"])
+    ab = {m: configs["a"].peers[m] for m in ("a", "b")}
+
+    async def main() -> None:
+        a = TcpTransport(replace(configs["a"], peers=ab), jitter=no_jitter)
+        a.membership_changed = True
+        assert a.add_peer("c", configs["c"].listen) is True
+        async with running(configs["c"]) as (c,):
+            await a.start()
+            try:
+                await assert_delivers(a, c, b"after a restart")
+                await assert_delivers(c, a, b"and back")
+            finally:
+                await a.close()
+
+    run(main)
+
+
+def test_a_retired_peer_added_again_is_dialled_again(pki: dict[str, MemberTlsFiles]) -> None:
+    """A witness removed, then added back: the others reach it again."""
+    configs = group_configs(pki, ["a", "b"])
+
+    async def main() -> None:
+        async with running(configs["a"], configs["b"]) as (a, b):
+            await wait_until(connected(a, "b"), "a connects to b")
+            assert a.retire_peer("b") is True
+            await wait_until(
+                lambda: not b.peer_states()["a"].inbound_connected, "a's link to b closes"
+            )
+            assert a.add_peer("b", configs["b"].listen) is True
+            assert a.peer_states()["b"].outbound is not LinkStatus.RETIRED
+            await wait_until(connected(a, "b"), "a dials b again")
+            await assert_delivers(a, b, b"welcome back")
+            await assert_delivers(b, a, b"thanks")
+            assert a.add_peer("b", configs["b"].listen) is False, "live again"
+            assert a.retire_peer("b") is True, "and can leave again"
+
+    run(main)
+
+
+def test_a_link_kept_through_retire_and_add_is_still_accounted_for(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """b's own link to a survives b's removal (b may not know of it) and a's adding it
+    back: a counts the frames that arrive on it, and sees it close."""
+    configs = group_configs(pki, ["a", "b"])
+
+    async def main() -> None:
+        async with running(configs["a"]) as (a,):
+            async with running(configs["b"]) as (b,):
+                await wait_until(connected(b, "a"), "b connects to a")
+                await wait_until(lambda: a.peer_states()["b"].inbound_connected, "a takes it")
+                a.retire_peer("b")
+                a.add_peer("b", configs["b"].listen)
+                await wait_until(connected(a, "b"), "a dials b again")
+                await assert_delivers(b, a, b"on the link that stayed")
+                received = a.peer_states()["b"].frames_received
+            await wait_until(
+                lambda: a.peer_states()["b"].outbound is not LinkStatus.CONNECTED,
+                "a notices b stopped",
+            )
+            problems = []
+            if received != 1:
+                problems.append(f"a counted {received} frames from b, not 1")
+            with contextlib.suppress(AssertionError):
+                await wait_until(
+                    lambda: not a.peer_states()["b"].inbound_connected, "b's link ends", 2.0
+                )
+            if a.peer_states()["b"].inbound_connected:
+                problems.append("a still reports b's link to it connected after b stopped")
+            assert not problems, problems
 
     run(main)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from kdsync.driver import DriverLimits, DriverPorts, MemberDriver
 from kdsync.ordering import (
+    Configuration,
     Delivery,
     Entry,
     GroupSpec,
@@ -42,6 +43,9 @@ class _Log:
 class _Nowhere:
     def send(self, peer: str, frame: bytes) -> bool:
         return True
+
+    def follow_configuration(self, config: Configuration, index: int) -> None:
+        pass
 
     def write(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
         pass

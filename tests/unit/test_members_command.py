@@ -1,7 +1,7 @@
-"""``kdsync members remove`` end to end below HTTP: what a member answers a removal
-(``kdsync.driver.membership_request``, against real OrderingNodes), and how the command
-drains, finds the leader, retries and waits (``kdsync.runtime.members_command``, against
-a scripted group)."""
+"""``kdsync members remove`` and ``add --witness`` end to end below HTTP: what a member
+answers a change (``kdsync.driver.membership_request``, against real OrderingNodes), and
+how the command drains, finds the leader, retries and waits
+(``kdsync.runtime.members_command``, against a scripted group)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from kdsync.driver import DriverState, MemberDriver
-from kdsync.driver.membership_request import Outcome, remove_member
+from kdsync.driver.membership_request import Outcome, add_witness, remove_member
 from kdsync.ordering import Configuration, GroupSpec, OrderingNode
 from kdsync.runtime import members_command
 from kdsync.runtime.http_api import _from_this_host, build_app
@@ -110,6 +110,7 @@ class ScriptedGroup:
     statuses: dict[str, dict[str, Any]]
     answers: dict[str, Iterator[tuple[int, dict[str, Any]]]] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)
+    bodies: list[Any] = field(default_factory=list)  # what each POST /membership sent
     # GET /source-backlog answers by URL (default: drained)
     backlogs: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     now: float = 0.0
@@ -120,6 +121,7 @@ class ScriptedGroup:
 
     def post(self, url: str, body: Any, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
         self.asked.append(url)
+        self.bodies.append(body)
         return next(self.answers[url])
 
     def get(self, url: str, path: str, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
@@ -363,7 +365,7 @@ def test_the_endpoint_is_off_unless_configured_and_takes_only_json() -> None:
     assert code == 403 and "allowMembershipChanges" in answer["reason"]
     code, answer = _post(EndpointSidecar(_driver(pump, leader)), body, "text/plain")
     assert code == 415
-    code, answer = _post(EndpointSidecar(_driver(pump, leader)), b'{"add": "x"}', JSON)
+    code, answer = _post(EndpointSidecar(_driver(pump, leader)), b'{"drop": "x"}', JSON)
     assert code == 400 and '{"remove"' in answer["reason"]
     code, answer = _post(EndpointSidecar(None, phase="recovering"), body, JSON)
     assert code == 503
@@ -379,3 +381,317 @@ def test_an_answer_that_is_not_kdsyncs_stops_the_command(monkeypatch: pytest.Mon
     group.answers["u1"] = iter([(404, {"reason": "Not Found"})])  # e.g. a proxy
     with pytest.raises(MembersCommandError, match=r"m1 refused \(HTTP 404\): Not Found"):
         _run(group, monkeypatch, "m2", drain=False)
+
+
+# ---------------------------------------------------------------- adding a witness
+
+W_PEER = "10.0.0.9:7400"
+ADD_W = {"add": "w", "witness": True, "peer": W_PEER}
+
+
+def _body(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def test_a_member_answers_a_witness_addition_by_what_the_caller_should_do() -> None:
+    pump, leader = _elected(THREE)
+    follower = next(m for m in THREE.members if m != leader)
+    node = pump.node(leader)
+
+    answer = add_witness(_driver(pump, follower), "w", W_PEER)
+    assert answer.outcome == Outcome.ASK_AGAIN and answer.leader == leader
+    assert "w" not in node.config.members
+
+    answer = add_witness(_driver(pump, leader), "w", W_PEER)
+    assert answer.outcome == Outcome.APPENDED, answer
+    assert answer.index == node.log.last_index == node.config_index
+    assert node.config.is_witness("w") and node.config.address_of("w") == W_PEER
+    # Three of the four voters commit it: w need not run yet.
+    pump.run_until(lambda: not node.change_pending, 50, "the addition to commit")
+    for member in THREE.members:
+        assert pump.node(member).config == node.config, member
+        assert pump.node(member).config.address_of("w") == W_PEER, "the address travels"
+
+    appended_at = node.config_index
+    answer = add_witness(_driver(pump, leader), "w", "10.0.0.10:7400")
+    assert answer.outcome == Outcome.ALREADY_A_MEMBER and answer.index == appended_at
+    assert node.log.last_index == appended_at and node.config.address_of("w") == W_PEER
+
+    answer = add_witness(_driver(pump, leader), follower, W_PEER)
+    assert answer.outcome == Outcome.REFUSED
+    assert answer.reason is not None and "data member" in answer.reason
+    assert node.log.last_index == appended_at and not node.config.is_witness(follower)
+
+
+def test_a_witness_addition_that_would_break_the_group_is_refused() -> None:
+    pump, leader = _elected(GroupSpec(("a", "b", "w"), frozenset({"w"})))
+    node = pump.node(leader)
+    before = node.log.last_index
+    answer = add_witness(_driver(pump, leader), "v", W_PEER)
+    assert answer.outcome == Outcome.REFUSED
+    assert answer.reason is not None and "more voting data members than witnesses" in answer.reason
+    assert node.log.last_index == before and "v" not in node.config.members
+
+
+def test_the_endpoint_adds_a_witness_only_when_asked_properly() -> None:
+    pump, leader = _elected(THREE)
+    node = pump.node(leader)
+    before = node.log.last_index
+    on_leader = EndpointSidecar(_driver(pump, leader))
+
+    code, answer = _post(EndpointSidecar(_driver(pump, leader), allow=False), _body(ADD_W), JSON)
+    assert code == 403 and "allowMembershipChanges" in answer["reason"]
+    code, answer = _post(on_leader, _body({"add": "d", "peer": W_PEER}), JSON)
+    assert code == 422 and "backfill" in answer["reason"], answer
+    code, answer = _post(on_leader, _body({**ADD_W, "witness": False}), JSON)
+    assert code == 422 and "backfill" in answer["reason"], answer
+    for peer in ("nonsense", "10.0.0.9:port", "10.0.0.9:70000", 7400, None):
+        code, answer = _post(on_leader, _body({**ADD_W, "peer": peer}), JSON)
+        assert code == 400 and "'peer'" in answer["reason"], (peer, answer)
+    code, answer = _post(on_leader, _body({"add": "w", "witness": True}), JSON)
+    assert code == 400 and "'peer'" in answer["reason"], answer
+    code, answer = _post(on_leader, _body({**ADD_W, "remove": "b"}), JSON)
+    assert code == 400 and '{"add"' in answer["reason"], answer
+    assert node.log.last_index == before and "w" not in node.config.members, "nothing appended"
+
+    code, answer = _post(on_leader, _body(ADD_W), JSON)
+    assert code == 200 and answer["outcome"] == "appended", answer
+    assert answer["index"] == node.log.last_index > before
+    config = answer["configuration"]
+    assert "w" in config["voters"] and config["witnesses"] == ["w"]
+    assert config["addresses"] == {"w": W_PEER}
+    assert config["index"] == answer["index"] and config["committed"] is False
+
+    code, answer = _post(on_leader, _body(ADD_W), JSON)
+    assert code == 200 and answer["outcome"] == "already-a-member", answer
+    assert answer["index"] == config["index"] == node.log.last_index
+
+
+def test_the_endpoint_refuses_a_witness_name_no_member_could_reach() -> None:
+    """A name the peer transport refuses (transport.validate_member_name) would put a
+    voter in the log that no member can ever dial."""
+    pump, leader = _elected(THREE)
+    node = pump.node(leader)
+    before = node.log.last_index
+    code, answer = _post(
+        EndpointSidecar(_driver(pump, leader)), _body({**ADD_W, "add": "w 2/x"}), JSON
+    )
+    assert code == 400, answer
+    assert node.log.last_index == before and "w 2/x" not in node.config.members
+
+
+WITH_W = {
+    "voters": ["m1", "m2", "m3", "w"],
+    "witnesses": ["w"],
+    "learners": [],
+    "addresses": {"w": W_PEER},
+    "index": 9,
+    "committed": True,
+}
+
+
+def _witness(**extra: Any) -> dict[str, Any]:
+    """A witness's sidecar before it joined: its file names the group and itself."""
+    started = {**WITH_W, "index": 0}
+    started.pop("addresses")
+    return _status(
+        "w", "follower", **{"witness": True, "peer": W_PEER, "configuration": started, **extra}
+    )
+
+
+def _with_w() -> ScriptedGroup:
+    group = _m1_leading_m2_and_m3()
+    group.statuses["uw"] = _witness()
+    return group
+
+
+def _add(
+    group: ScriptedGroup,
+    monkeypatch: pytest.MonkeyPatch,
+    member: str = "w",
+    urls: list[str] | None = None,
+    **kw: Any,
+) -> list[tuple[float, str]]:
+    """Run ``add``; what it printed, with the (scripted) time it printed it."""
+    monkeypatch.setattr(members_command, "fetch_status", group.fetch_status)
+    monkeypatch.setattr(members_command, "post_membership", group.post)
+    monkeypatch.setattr(members_command, "get_json", group.get)
+    lines: list[tuple[float, str]] = []
+    members_command.add(
+        urls if urls is not None else list(group.statuses),
+        member,
+        witness=kw.get("witness", True),
+        peer=kw.get("peer"),
+        timeout=kw.get("timeout", 60.0),
+        out=lambda line: lines.append((group.now, line)),
+        clock=group.clock,
+        sleep=group.sleep,
+    )
+    return lines
+
+
+def _printed(lines: list[tuple[float, str]], text: str) -> float:
+    """When ``text`` was printed."""
+    for at, line in lines:
+        if text in line:
+            return at
+    raise AssertionError(f"{text!r} was not printed: {lines}")
+
+
+def test_adding_a_witness_proposes_its_address_then_waits_for_the_commit_and_its_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = _with_w()
+    group.answers["u1"] = iter([(200, {"outcome": "appended", "index": 9})])
+
+    def replicate(g: ScriptedGroup) -> None:
+        if g.now >= 1.0:  # appended at the leader only
+            g.statuses["u1"]["configuration"] = {**WITH_W, "committed": False}
+        if g.now >= 2.0:  # committed at m1 and m2
+            for url in ("u1", "u2"):
+                g.statuses[url]["configuration"] = WITH_W
+        if g.now >= 4.0:  # the leader reached w: the change is in its log
+            g.statuses["uw"]["configuration"] = WITH_W
+
+    group.on_sleep.append(replicate)
+    lines = _add(group, monkeypatch)
+    assert group.asked == ["u1"], "asked the leader"
+    assert group.bodies == [ADD_W], "with the address w's sidecar reports"
+    assert _printed(lines, "w is in the group: m1, m2, m3, w (witness) (index 9, committed)") == 2.0
+    assert _printed(lines, "w follows the group (its log has the change at index 9)") == 4.0
+    assert not any("resuming" in line for _, line in lines)
+
+
+def test_a_witness_that_never_hears_from_the_leader_is_an_error_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = _with_w()
+    group.answers["u1"] = iter([(200, {"outcome": "appended", "index": 9})])
+
+    def commit(g: ScriptedGroup) -> None:
+        g.statuses["u1"]["configuration"] = WITH_W
+
+    group.on_sleep.append(commit)
+    with pytest.raises(MembersCommandError, match="has not heard from the leader"):
+        _add(group, monkeypatch, timeout=10.0)
+    assert group.now >= 10.0
+
+
+def test_only_a_witness_can_be_added(monkeypatch: pytest.MonkeyPatch) -> None:
+    group = _with_w()
+    with pytest.raises(MembersCommandError, match=r"only witnesses .* backfill.* pass --witness"):
+        _add(group, monkeypatch, witness=False)
+    assert group.asked == []
+
+
+def test_a_witness_whose_sidecar_does_not_answer_is_not_added(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = _m1_leading_m2_and_m3()
+    with pytest.raises(MembersCommandError, match="w did not answer: start its sidecar first"):
+        _add(group, monkeypatch, urls=["u1", "u2", "u3", "uw"], timeout=5.0)
+    assert group.asked == [], "nothing was proposed"
+    assert group.now >= 5.0, "asked again until the deadline: it may be starting"
+
+
+def test_a_witness_sidecar_that_starts_late_is_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = _m1_leading_m2_and_m3()
+    group.answers["u1"] = iter([(200, {"outcome": "appended", "index": 9})])
+
+    def starts_then_joins(g: ScriptedGroup) -> None:
+        if g.now >= 3.0 and "uw" not in g.statuses:
+            g.statuses["uw"] = _witness()
+        if g.asked:
+            for url in ("u1", "u2", "uw"):
+                g.statuses[url]["configuration"] = WITH_W
+
+    group.on_sleep.append(starts_then_joins)
+    lines = _add(group, monkeypatch, urls=["u1", "u2", "u3", "uw"])
+    assert group.bodies == [ADD_W]
+    assert _printed(lines, "w follows the group") >= 3.0
+
+
+def test_a_sidecar_running_as_a_data_member_is_not_added_as_a_witness(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = _m1_leading_m2_and_m3()
+    group.statuses["uw"] = _witness(witness=False)
+    with pytest.raises(MembersCommandError, match="runs as a data member, not a witness"):
+        _add(group, monkeypatch)
+    assert group.asked == []
+
+
+def test_peer_overrides_the_address_the_witness_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    group = _with_w()
+    group.answers["u1"] = iter([(200, {"outcome": "appended", "index": 9})])
+
+    def commit_everywhere(g: ScriptedGroup) -> None:
+        for url in ("u1", "u2", "uw"):
+            g.statuses[url]["configuration"] = {**WITH_W, "addresses": {"w": "w.example:7400"}}
+
+    group.on_sleep.append(commit_everywhere)
+    _add(group, monkeypatch, peer="w.example:7400")
+    assert group.bodies == [{**ADD_W, "peer": "w.example:7400"}]
+
+
+def test_an_addition_cut_from_the_log_is_proposed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    group = _with_w()
+    group.answers["u1"] = iter(
+        [
+            (200, {"outcome": "appended", "index": 9}),
+            (200, {"outcome": "appended", "index": 12}),
+        ]
+    )
+
+    def cut_then_commit(g: ScriptedGroup) -> None:
+        if len(g.asked) == 1:  # a new leader's entries replaced index 9: no w there
+            g.statuses["u1"]["commitIndex"] = 11
+        if len(g.asked) == 2:
+            for url in ("u1", "u2", "uw"):
+                g.statuses[url]["configuration"] = {**WITH_W, "index": 12}
+
+    group.on_sleep.append(cut_then_commit)
+    lines = _add(group, monkeypatch)
+    assert group.bodies == [ADD_W, ADD_W]
+    _printed(lines, "the addition at index 9 was cut from the log")
+    _printed(lines, "w is in the group: m1, m2, m3, w (witness) (index 12, committed)")
+    _printed(lines, "its log has the change at index 12")
+
+
+def test_running_add_again_after_the_change_was_appended_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = _with_w()
+    for url in ("u1", "u2"):
+        group.statuses[url]["configuration"] = {**WITH_W, "committed": False}
+    group.answers["u1"] = iter([(200, {"outcome": "already-a-member", "index": 9})])
+
+    def commit(g: ScriptedGroup) -> None:
+        for url in ("u1", "u2", "uw"):
+            g.statuses[url]["configuration"] = WITH_W
+
+    group.on_sleep.append(commit)
+    lines = _add(group, monkeypatch)
+    assert group.bodies == [ADD_W]
+    _printed(lines, "w is in the newest configuration already; resuming")
+    _printed(lines, "w is in the group")
+
+
+def test_a_first_addition_does_not_say_it_resumes_whatever_order_the_urls_come_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before it joins, the witness reports its startup file's configuration, which
+    names it, at index 0 like the group's own: that is not the group's configuration."""
+    group = _with_w()
+    group.answers["u1"] = iter([(200, {"outcome": "appended", "index": 9})])
+
+    def commit(g: ScriptedGroup) -> None:
+        for url in ("u1", "u2", "uw"):
+            g.statuses[url]["configuration"] = WITH_W
+
+    group.on_sleep.append(commit)
+    lines = _add(group, monkeypatch, urls=["uw", "u1", "u2", "u3"])
+    _printed(lines, "w follows the group")
+    assert not any("already" in line for _, line in lines), lines

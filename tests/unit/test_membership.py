@@ -205,8 +205,15 @@ def test_a_removed_members_events_stay_out_of_the_order() -> None:
 # ---------------------------------------------------------------- on the wire
 
 
-def test_configurations_cross_the_wire_and_storage_unchanged() -> None:
-    config = Configuration(("a", "b", "w"), frozenset({"w"}), ("d",))
+# The second carries the address of a member added at runtime (its own entry kind).
+CONFIGURATIONS_ON_THE_WIRE = (
+    Configuration(("a", "b", "w"), frozenset({"w"}), ("d",)),
+    Configuration(("a", "b", "w"), frozenset({"w"}), ("d",), (("w", "10.0.0.9:7400"),)),
+)
+
+
+@pytest.mark.parametrize("config", CONFIGURATIONS_ON_THE_WIRE)
+def test_configurations_cross_the_wire_and_storage_unchanged(config: Configuration) -> None:
     entry = Entry(7, 2, None, config)
     assert decode_entry(encode_entry(entry)) == entry
     state = LedgerState(7, 2, {("a", "t", 0): 5}, {"t": 4}, config, 7)
@@ -223,11 +230,13 @@ def test_a_ledger_record_of_an_earlier_release_has_no_configuration() -> None:
     assert decoded.config is None and decoded.config_index == 0
 
 
-def test_a_configuration_cut_short_is_rejected_and_none_is_an_earlier_release() -> None:
+@pytest.mark.parametrize("config", CONFIGURATIONS_ON_THE_WIRE)
+def test_a_configuration_cut_short_is_rejected_and_none_is_an_earlier_release(
+    config: Configuration,
+) -> None:
     """The configuration some messages and records end with is optional (earlier releases
     end before it): cut anywhere inside it, the input is refused; cut right before it,
     it is the same thing without one."""
-    config = Configuration(("a", "b", "w"), frozenset({"w"}), ("d",))
     append = Append(2, 6, 2, (), 7, 1, 6, config)
     reply = RecoverReply(2, 9, 7, 2, (), 7, 2, False, config)
     ledger = LedgerState(7, 2, {}, {"t": 4}, config, 7)

@@ -487,7 +487,8 @@ def test_invalid_flags_are_rejected() -> None:
         decode_message(bytes(vote_reply))
     noop = bytearray(encode_entry(Entry(1, 1, None)))
     noop[-1] = 7
-    with pytest.raises(WireFormatError, match=r"entry kind must be 0 \(no-op\), 1 \(batch\) or 2"):
+    kinds = r"entry kind must be 0 \(no-op\), 1 \(batch\), 2 or 3"
+    with pytest.raises(WireFormatError, match=kinds):
         decode_entry(bytes(noop))
 
 

@@ -174,6 +174,8 @@ class MemberDriver:
         self._held: OriginBatch | None = None
         self._load_retry_at: int | None = None  # after a failed read-back
         self._next_trim = self.limits.trim_ticks
+        self._followed: Configuration | None = None  # last told to the frames port
+        self._follow_configuration()
 
     # ------------------------------------------------------------------ inputs
 
@@ -305,8 +307,15 @@ class MemberDriver:
             ready = self.node.ready()
             if ready.is_empty():
                 break
+            self._follow_configuration()
             self._handle(ready)
         self._maybe_write()
+
+    def _follow_configuration(self) -> None:
+        config = self.node.config
+        if config is not self._followed:
+            self._followed = config
+            self.ports.frames.follow_configuration(config, self.node.config_index)
 
     def _handle(self, ready: Ready) -> None:
         if ready.events:

@@ -1,4 +1,5 @@
-"""A request to change the group's membership, as a member answers it.
+"""A request to change the group's membership (remove a member, add a witness), as a
+member answers it.
 
 Pure: the sidecar's ``POST /membership`` and the tests call the same function. The
 answer says whether to ask again (this member does not lead, or a change is still
@@ -14,7 +15,7 @@ from typing import Any
 
 from kdsync.driver.member_driver import MemberDriver
 from kdsync.driver.report import configuration_section
-from kdsync.ordering import Role, change_problem
+from kdsync.ordering import Configuration, Role, change_problem
 
 
 class Outcome(Enum):
@@ -22,6 +23,7 @@ class Outcome(Enum):
     ASK_AGAIN = "ask-again"  # not now or not here: ask the leader named, or again shortly
     REFUSED = "refused"  # the change is not allowed: asking again will not help
     NOT_A_MEMBER = "not-a-member"  # nobody of that name in the configuration in force
+    ALREADY_A_MEMBER = "already-a-member"  # an add whose member is in force already
 
 
 @dataclass(frozen=True)
@@ -45,23 +47,57 @@ def remove_member(driver: MemberDriver, member: str) -> MembershipAnswer:
     """Ask this member to remove ``member`` from the group (data member or witness)."""
     node = driver.node
     config = node.config
-    status = node.status()
-    if status.role != Role.LEADER:
-        # Only the leader's configuration is the newest: judge nothing against ours.
-        where = f"{status.leader} leads" if status.leader else "no leader is known"
-        return MembershipAnswer(
-            Outcome.ASK_AGAIN, f"only the leader changes the membership; {where}", status.leader
-        )
+    not_leading = _not_leading(driver)
+    if not_leading is not None:
+        return not_leading
     if member not in config.members:
         return MembershipAnswer(
             Outcome.NOT_A_MEMBER,
             f"no member {member!r} in the configuration in force ({config.describe()})",
-            status.leader,
+            node.status().leader,
         )
-    proposed = config.without(member)
-    problem = change_problem(config, proposed)
+    return _propose(driver, config.without(member), f"removing {member}")
+
+
+def add_witness(driver: MemberDriver, member: str, address: str) -> MembershipAnswer:
+    """Ask this member to add witness ``member``, reached at ``address`` (host:port,
+    checked by the caller), to the group. A data member cannot be added yet: its
+    ``T-global`` needs a backfill first (docs/ordering.md)."""
+    node = driver.node
+    config = node.config
+    not_leading = _not_leading(driver)
+    if not_leading is not None:
+        return not_leading
+    if member in config.members:
+        if not config.is_witness(member):
+            reason = f"{member} is a data member of the group already, not a witness"
+            return MembershipAnswer(Outcome.REFUSED, reason, None)
+        return MembershipAnswer(
+            Outcome.ALREADY_A_MEMBER,
+            f"{member} is in the configuration in force already ({config.describe()})",
+            node.status().leader,
+            node.config_index,
+        )
+    return _propose(driver, config.with_witness(member, address), f"adding {member}")
+
+
+def _not_leading(driver: MemberDriver) -> MembershipAnswer | None:
+    """ "Ask again" on a member that does not lead: only the leader's configuration is the
+    newest, so judge nothing against ours."""
+    status = driver.node.status()
+    if status.role == Role.LEADER:
+        return None
+    where = f"{status.leader} leads" if status.leader else "no leader is known"
+    return MembershipAnswer(
+        Outcome.ASK_AGAIN, f"only the leader changes the membership; {where}", status.leader
+    )
+
+
+def _propose(driver: MemberDriver, proposed: Configuration, what: str) -> MembershipAnswer:
+    node = driver.node
+    problem = change_problem(node.config, proposed)
     if problem is not None:
-        return MembershipAnswer(Outcome.REFUSED, f"removing {member}: {problem}", None)
+        return MembershipAnswer(Outcome.REFUSED, f"{what}: {problem}", None)
     refused = driver.propose_configuration(proposed)
     leader = node.status().leader
     if refused is not None:

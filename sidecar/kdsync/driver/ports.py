@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kdsync.ordering import Delivery, Entry, HardState, LedgerState, OriginBatch
+from kdsync.ordering import Configuration, Delivery, Entry, HardState, LedgerState, OriginBatch
 
 SourcePartition = tuple[str, int]  # (topic, partition) of this member's own source
 
@@ -61,9 +61,19 @@ class SourcePort(Protocol):
 
 
 class FrameSender(Protocol):
-    """The sending half of ``kdsync.transport.PeerTransport``: never blocks, may drop."""
+    """The driver's way to the other members: the sending half of
+    ``kdsync.transport.PeerTransport`` (never blocks, may drop), and who they are."""
 
     def send(self, peer: str, frame: bytes) -> bool: ...
+
+    def follow_configuration(self, config: Configuration, index: int) -> None:
+        """The configuration this member uses changed (appended, cut back, or found at
+        start; ``index`` is where it was appended, 0 for the startup file's), before any
+        frame is sent under it: every member of it must be reachable, and able to reach
+        us, from now on (a member added at runtime is dialled at the address its entry
+        carries). Dropping links to members that left waits for the removal to commit,
+        which the shell sees in the status."""
+        ...
 
 
 class WriteFailure(enum.Enum):

@@ -12,6 +12,7 @@ committed (see docs/ordering.md, "Membership changes").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class ConfigurationError(ValueError):
@@ -22,11 +23,16 @@ class ConfigurationError(ValueError):
 class Configuration:
     """``voters`` vote and count towards majorities; ``witnesses`` are the voters that own
     no Kafka cluster; ``learners`` are data members that store and apply every entry but
-    neither vote nor count, until they are made voters (a new member catching up)."""
+    neither vote nor count, until they are made voters (a new member catching up).
+
+    ``addresses`` (member, ``host:port``) says where members added at runtime listen, as
+    etcd's ConfChange context does: the entry carries it to every member, a restart
+    finds it in the ledger, and the core never reads it (the shells dial it)."""
 
     voters: tuple[str, ...]
     witnesses: frozenset[str] = frozenset()
     learners: tuple[str, ...] = ()
+    addresses: tuple[tuple[str, str], ...] = ()
     _data: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
     _data_voters: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
@@ -48,6 +54,9 @@ class Configuration:
         if len(self.witnesses) >= len(self._data_voters):
             # Committed entries must always reach a member that keeps them durably.
             found.append("a group needs more voting data members than witnesses")
+        strangers = sorted({m for m, _ in self.addresses} - set(names))
+        if strangers:
+            found.append(f"addresses given for {strangers}, who are not members")
         return found
 
     @property
@@ -74,13 +83,31 @@ class Configuration:
     def is_voter(self, member: str) -> bool:
         return member in self.voters
 
-    def with_learner(self, member: str) -> Configuration:
-        """A new data member added, as a learner until it has caught up."""
-        return Configuration(self.voters, self.witnesses, (*self.learners, member))
+    def address_of(self, member: str) -> str | None:
+        """Where ``member`` listens, if it was added at runtime with an address."""
+        return dict(self.addresses).get(member)
 
-    def with_witness(self, member: str) -> Configuration:
+    def _addresses_with(self, member: str, address: str | None) -> tuple[tuple[str, str], ...]:
+        kept = tuple((m, a) for m, a in self.addresses if m != member)
+        return (*kept, (member, address)) if address is not None else kept
+
+    def with_learner(self, member: str, address: str | None = None) -> Configuration:
+        """A new data member added, as a learner until it has caught up."""
+        return Configuration(
+            self.voters,
+            self.witnesses,
+            (*self.learners, member),
+            self._addresses_with(member, address),
+        )
+
+    def with_witness(self, member: str, address: str | None = None) -> Configuration:
         """A new witness added: it votes from the start (it has nothing to catch up)."""
-        return Configuration((*self.voters, member), self.witnesses | {member}, self.learners)
+        return Configuration(
+            (*self.voters, member),
+            self.witnesses | {member},
+            self.learners,
+            self._addresses_with(member, address),
+        )
 
     def promoted(self, learner: str) -> Configuration:
         """``learner`` made a voter."""
@@ -88,22 +115,27 @@ class Configuration:
             (*self.voters, learner),
             self.witnesses,
             tuple(m for m in self.learners if m != learner),
+            self.addresses,
         )
 
     def without(self, member: str) -> Configuration:
-        """``member`` removed, whatever it was."""
+        """``member`` removed, whatever it was (its address too)."""
         return Configuration(
             tuple(m for m in self.voters if m != member),
             self.witnesses - {member},
             tuple(m for m in self.learners if m != member),
+            self._addresses_with(member, None),
         )
 
-    def as_json(self) -> dict[str, list[str]]:
-        return {
+    def as_json(self) -> dict[str, Any]:
+        found: dict[str, Any] = {
             "voters": list(self.voters),
             "witnesses": sorted(self.witnesses),
             "learners": list(self.learners),
         }
+        if self.addresses:
+            found["addresses"] = dict(self.addresses)
+        return found
 
     def describe(self) -> str:
         parts = [f"{m} (witness)" if m in self.witnesses else m for m in self.voters] + [

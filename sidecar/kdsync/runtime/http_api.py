@@ -1,5 +1,6 @@
 """HTTP endpoints of a sidecar: /healthz, /readyz, /metrics (Prometheus), /status (JSON),
-and ``POST /membership`` (``kdsync members``), which only this host may call."""
+``/source-backlog``, and ``POST /membership`` (``kdsync members``: remove a member, add a
+witness), which only this host may call."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from aiohttp import web
 from confluent_kafka import KafkaException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kdsync.driver.membership_request import Outcome, remove_member
+from kdsync.driver.membership_request import Outcome, add_witness, remove_member
 from kdsync.runtime.sidecar import Sidecar
 from kdsync.transport.address import parse_address
+from kdsync.transport.base import validate_member_name
 
 
 def build_app(sidecar: Sidecar) -> web.Application:
@@ -59,16 +61,21 @@ def build_app(sidecar: Sidecar) -> web.Application:
             body = await request.json()
         except ValueError:
             body = None
-        name = body.get("remove") if isinstance(body, dict) else None
-        if not isinstance(name, str) or not name:
-            return _error(400, 'expected a JSON body {"remove": "<member name>"}')
+        request_or_problem = _membership_request(body)
+        if isinstance(request_or_problem, web.Response):
+            return request_or_problem
+        change, name, address = request_or_problem
         driver = sidecar.driver
         if driver is None or sidecar.phase != "running":
             return web.json_response(
                 {"outcome": Outcome.ASK_AGAIN.value, "reason": f"this member is {sidecar.phase}"},
                 status=503,
             )
-        answer = remove_member(driver, name)
+        if change == "remove":
+            answer = remove_member(driver, name)
+        else:
+            assert address is not None
+            answer = add_witness(driver, name, address)
         return web.json_response(answer.as_json(driver), status=_STATUS[answer.outcome])
 
     async def source_backlog(_: web.Request) -> web.Response:
@@ -94,8 +101,43 @@ def build_app(sidecar: Sidecar) -> web.Application:
     return app
 
 
+_BODIES = '{"remove": "<member>"} or {"add": "<member>", "witness": true, "peer": "<host:port>"}'
+
+
+def _membership_request(body: object) -> tuple[str, str, str | None] | web.Response:
+    """(change, member, peer address) from a request body, or the error to answer."""
+    if not isinstance(body, dict) or len({"add", "remove"} & set(body)) != 1:
+        return _error(400, f"expected a JSON body {_BODIES}")
+    change = "add" if "add" in body else "remove"
+    name = body[change]
+    if not isinstance(name, str) or not name:
+        return _error(400, f"{change!r} must name a member: {_BODIES}")
+    if change == "remove":
+        return change, name, None
+    try:
+        validate_member_name(name)
+    except ValueError as exc:
+        return _error(400, f"{name!r} cannot be a member's name: {exc}")
+    if body.get("witness") is not True:
+        return _error(
+            422,
+            f"adding data member {name} at runtime is not supported yet: its T-global needs "
+            "a backfill from a peer first (docs/ordering.md); only witnesses can be added. "
+            'For a witness, send "witness": true',
+        )
+    address = body.get("peer")
+    if not isinstance(address, str):
+        return _error(400, f"'peer' must be the host:port the other members dial {name} at")
+    try:
+        parse_address(address)
+    except ValueError as exc:
+        return _error(400, f"'peer' {address!r} is not a usable host:port: {exc}")
+    return change, name, address
+
+
 _STATUS = {
     Outcome.APPENDED: 200,
+    Outcome.ALREADY_A_MEMBER: 200,
     Outcome.ASK_AGAIN: 409,
     Outcome.NOT_A_MEMBER: 404,
     Outcome.REFUSED: 422,

@@ -1,4 +1,5 @@
-"""``kdsync members``: show a running group's configuration, or remove a member from it.
+"""``kdsync members``: show a running group's configuration, remove a member from it, or
+add a witness to it.
 
 Removing runs in three steps, each waited for with a deadline:
 
@@ -10,6 +11,12 @@ Removing runs in three steps, each waited for with a deadline:
    remove itself hands over first; a new leader commits an entry of its own first).
 3. **Wait for the commit**, then tell the user to stop the removed member's sidecar: the
    leader no longer replicates to it, so it may never learn that it was removed.
+
+Adding a witness: its sidecar runs first (the others refuse it until the change is in
+their logs), so that the group, which counts it from the moment the change is appended,
+has its vote at once. The change carries the address the others dial it at; then the
+command waits for the commit and for the witness to have the change in its own log.
+A data member cannot be added yet: its ``T-global`` needs a backfill first.
 """
 
 from __future__ import annotations
@@ -126,17 +133,112 @@ def remove(
             clock,
             sleep,
         )
-    while True:
-        index = _propose(urls, member, deadline, out, clock, sleep)
-        final = _await_commit(urls, member, index, deadline, clock, sleep)
-        if final is not None:
-            break
-        out(f"the removal at index {index} was cut from the log (a new leader); asking again")
-        _check_deadline(clock, deadline, f"the removal of {member} kept being cut")
-        sleep(POLL_SECONDS)
+    _, final = _change(urls, {"remove": member}, member, deadline, out, clock, sleep)
     out(f"{member} is out of the group: {describe_configuration(final)}")
     out(f"Stop {member}'s sidecar now: the others no longer talk to it.")
     return 0
+
+
+def add(
+    urls: Sequence[str],
+    member: str,
+    *,
+    witness: bool,
+    peer: str | None,
+    timeout: float,
+    out: Callable[[str], None],
+    clock: Clock = time.monotonic,
+    sleep: Sleep = time.sleep,
+) -> int:
+    """Add witness ``member``, whose sidecar already runs (its file names the group's
+    members and itself), reached at ``peer`` (default: the address it reports)."""
+    if not witness:
+        raise MembersCommandError(
+            f"only witnesses can be added to a running group for now: a data member's "
+            f"T-global needs a backfill from a peer first (docs/ordering.md). If {member} "
+            "is a witness, pass --witness"
+        )
+    deadline = clock() + timeout
+    view = look(urls)
+    if member not in view.statuses:
+        view = _answered_by(member, urls, view, deadline, out, clock, sleep)
+    status = view.statuses.get(member)
+    if status is None:
+        raise MembersCommandError(
+            f"{member} did not answer: start its sidecar first (its file lists the group's "
+            f"members and {member} as a witness), then give its address or --config too. "
+            "Until it runs, a group that counts it needs every other voter to commit"
+        )
+    if status.get("witness") is not True:
+        raise MembersCommandError(
+            f"{member}'s sidecar runs as a data member, not a witness: its file must give "
+            f"{member} witness: true and no kafka section"
+        )
+    groups = {s.get("group") for s in view.statuses.values()}
+    if len(groups) != 1:
+        raise MembersCommandError(f"the sidecars given belong to different groups: {groups}")
+    address = peer or status.get("peer")
+    if not isinstance(address, str):
+        raise MembersCommandError(
+            f"{member} reports no peer address (an older release): give --peer HOST:PORT"
+        )
+    # The group's word, not the new member's: its startup file names it already.
+    config = newest_configuration(s for name, s in view.statuses.items() if name != member)
+    if config is not None and member in _members_of(config):
+        out(f"{member} is in the newest configuration already; resuming")
+    request = {"add": member, "witness": True, "peer": address}
+    index, final = _change(urls, request, member, deadline, out, clock, sleep, joins=True)
+    out(f"{member} is in the group: {describe_configuration(final)}")
+    _await_joined(urls, member, index, deadline, out, clock, sleep)
+    return 0
+
+
+def _await_joined(
+    urls: Sequence[str],
+    member: str,
+    index: int,
+    deadline: float,
+    out: Callable[[str], None],
+    clock: Clock,
+    sleep: Sleep,
+) -> None:
+    """Until the new member has the change in its own log: the leader reaches it."""
+    while True:
+        status = look(urls).statuses.get(member) or {}
+        if int((status.get("configuration") or {}).get("index", 0)) >= index:
+            out(f"{member} follows the group (its log has the change at index {index})")
+            return
+        _check_deadline(
+            clock,
+            deadline,
+            f"{member} is in the group but has not heard from the leader: check that the "
+            f"others can reach its peer address, and its sidecar log",
+        )
+        sleep(POLL_SECONDS)
+
+
+def _change(
+    urls: Sequence[str],
+    request: Mapping[str, Any],
+    member: str,
+    deadline: float,
+    out: Callable[[str], None],
+    clock: Clock,
+    sleep: Sleep,
+    *,
+    joins: bool = False,
+) -> tuple[int, Mapping[str, Any]]:
+    """Propose the change until it is committed (again when a new leader cut it); its
+    index and the committed configuration."""
+    change = "addition" if joins else "removal"
+    while True:
+        index = _propose(urls, request, deadline, out, clock, sleep)
+        final = _await_commit(urls, member, index, deadline, clock, sleep, joins=joins)
+        if final is not None:
+            return index, final
+        out(f"the {change} at index {index} was cut from the log (a new leader); asking again")
+        _check_deadline(clock, deadline, f"the {change} of {member} kept being cut")
+        sleep(POLL_SECONDS)
 
 
 def _members_of(config: Mapping[str, Any]) -> list[str]:
@@ -208,7 +310,7 @@ def _check_deadline(clock: Clock, deadline: float, problem: str) -> None:
 
 def _propose(
     urls: Sequence[str],
-    member: str,
+    request: Mapping[str, Any],
     deadline: float,
     out: Callable[[str], None],
     clock: Clock,
@@ -219,14 +321,15 @@ def _propose(
     while True:
         view = look(urls)
         target = view.leader or next(iter(view.statuses))
-        code, answer = post_membership(view.urls[target], {"remove": member})
+        code, answer = post_membership(view.urls[target], request)
         reason = str(answer.get("reason") or "")
         outcome = answer.get("outcome")
-        if code == 200 and outcome == "appended":
+        if code == 200 and outcome in ("appended", "already-a-member"):
+            # Already a member: an earlier ask appended it (the wait for the commit tells).
             return int(answer["index"])
         index = int((answer.get("configuration") or {}).get("index", 0))
         if code == 404 and outcome == "not-a-member" and target == view.leader and index:
-            # Not in the leader's configuration: an earlier ask appended it already.
+            # Not in the leader's configuration: an earlier ask appended the removal.
             return index
         if 400 <= code < 500 and code != 409 and outcome != "not-a-member":
             raise MembersCommandError(f"{target} refused (HTTP {code}): {reason}")
@@ -249,9 +352,13 @@ def _await_commit(
     deadline: float,
     clock: Clock,
     sleep: Sleep,
+    *,
+    joins: bool = False,
 ) -> Mapping[str, Any] | None:
-    """The committed configuration without ``member``; None when the leader's log no
-    longer has the change (a new leader cut it: propose again)."""
+    """The committed configuration without ``member`` (with it, when it ``joins``);
+    None when the leader's log no longer has the change (a new leader cut it: propose
+    again). The member's own word does not count: it may not know it was removed."""
+    change = "addition" if joins else "removal"
     while True:
         view = look(urls)
         for name, status in view.statuses.items():
@@ -260,20 +367,20 @@ def _await_commit(
                 name != member
                 and config.get("committed")
                 and config.get("index", 0) >= index
-                and member not in _members_of(config)
+                and (member in _members_of(config)) == joins
             ):
                 return config
         leader = view.statuses.get(view.leader or "")
         if (
             leader is not None
             and int(leader.get("commitIndex", 0)) >= index
-            and member in _members_of(leader.get("configuration") or {})
+            and (member in _members_of(leader.get("configuration") or {})) != joins
         ):
             return None  # committed past the change without it: it was cut
         _check_deadline(
             clock,
             deadline,
-            f"the removal of {member} (index {index}) was not seen committed before the "
+            f"the {change} of {member} (index {index}) was not seen committed before the "
             "deadline: the group may lack a majority; check `kdsync status`",
         )
         sleep(POLL_SECONDS)

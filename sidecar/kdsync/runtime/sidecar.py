@@ -40,6 +40,7 @@ from kdsync.runtime.latency_window import LatencyWindow
 from kdsync.runtime.metrics import GroupSyncMetrics, SidecarMetrics, TopicConfigMetrics
 from kdsync.runtime.mirror_metrics import MirrorMetrics
 from kdsync.runtime.observer import SidecarObserver
+from kdsync.runtime.peer_links import PeerLinks
 from kdsync.transport import LinkStatus, PeerTransport, TransportClosed
 from kdsync.transport.rdma import RdmaTransport, RdmaUnavailable
 from kdsync.transport.tcp import TcpTransport
@@ -167,7 +168,7 @@ class Sidecar:
         ticks_per_second = 1000 / config.ordering.tick_ms
         driver = MemberDriver(
             node,
-            DriverPorts(log_port, delivery_port, source_port, transport),
+            DriverPorts(log_port, delivery_port, source_port, PeerLinks(transport)),
             DriverLimits(
                 halt_retry_ticks=max(1, round(2.0 * ticks_per_second)),
                 retry_ticks=(max(1, round(0.2 * ticks_per_second)), round(5 * ticks_per_second)),
@@ -456,6 +457,9 @@ class Sidecar:
             "group": self.config.group,
             "member": self.member,
             "witness": self.is_witness,
+            # Where the others dial this member (from its own file): `kdsync members add`
+            # records it in the group's configuration.
+            "peer": self.config.own_member.peer,
             "phase": self.phase,
             "ready": ready,
             "notReadyReasons": reasons,

@@ -432,6 +432,9 @@ class _SimFrames:
         self.m.network.send(self.m.now, self.m.name, peer, frame)
         return True
 
+    def follow_configuration(self, config: Configuration, index: int) -> None:
+        pass  # the simulated network links every pair of members, ever
+
 
 def _offset(event: SourceEvent) -> int:
     return event.offset

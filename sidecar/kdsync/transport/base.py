@@ -138,6 +138,16 @@ class PeerTransport(Protocol):
         frames sent to it later are dropped. True the first time."""
         ...
 
+    def add_peer(self, peer: str, address: str) -> bool:
+        """Reach ``peer`` at ``address`` from now on and accept its connections (a member
+        added at runtime; a retired one may come back). True when it was not a peer
+        (or was retired); raises ValueError for a bad name or address."""
+        ...
+
+    membership_changed: bool
+    """Set once this member's membership comes from its log: the peer handshake then
+    no longer compares the startup files' member lists."""
+
     @property
     def rejected_connections(self) -> int:
         """Inbound connections refused before they became a peer link (failed TLS

@@ -21,9 +21,11 @@ _EVENT = struct.Struct(">qqiiI")
 _HEADER = struct.Struct(">Ii")
 _CONFIG_HEAD = struct.Struct(">HHH")  # voters, witnesses, learners
 _NAME = struct.Struct(">H")
-# An entry's kind: a no-op, an origin batch, or a membership change (a configuration).
-_NO_OP, _BATCH_ENTRY, _CONFIG_ENTRY = 0, 1, 2
-_HAS_CONFIG = b"\x01"
+# An entry's kind: a no-op, an origin batch, or a membership change (a configuration);
+# one that carries members' addresses has its own kind (and marker, where optional), so
+# everything written before addresses existed reads as it did.
+_NO_OP, _BATCH_ENTRY, _CONFIG_ENTRY, _CONFIG_ADDRESSES_ENTRY = 0, 1, 2, 3
+_HAS_CONFIG, _HAS_CONFIG_ADDRESSES = b"\x01", b"\x02"
 # A NamedTuple's own constructor is a Python function; tuple.__new__ builds the same
 # object about 3x faster, which counts once per event decoded.
 new_tuple = tuple.__new__
@@ -100,7 +102,8 @@ def put_entries(parts: list[bytes], entries: tuple[Entry, ...]) -> None:
             parts.append(pack_entry(entry.index, entry.term, _BATCH_ENTRY))
             put_batch(parts, batch)
         elif entry.config is not None:
-            parts.append(pack_entry(entry.index, entry.term, _CONFIG_ENTRY))
+            kind = _CONFIG_ADDRESSES_ENTRY if entry.config.addresses else _CONFIG_ENTRY
+            parts.append(pack_entry(entry.index, entry.term, kind))
             put_configuration(parts, entry.config)
         else:
             parts.append(pack_entry(entry.index, entry.term, _NO_OP))
@@ -110,23 +113,36 @@ def put_optional_configuration(parts: list[bytes], config: Configuration | None)
     """A configuration some messages and records may end with (earlier releases' end
     before it), after a marker byte: anything else there stays unexpected trailing data."""
     if config is not None:
-        parts.append(_HAS_CONFIG)
+        parts.append(_HAS_CONFIG_ADDRESSES if config.addresses else _HAS_CONFIG)
         put_configuration(parts, config)
 
 
 def take_optional_configuration(data: bytes, pos: int) -> tuple[Configuration | None, int]:
-    if data[pos : pos + 1] != _HAS_CONFIG:
-        return None, pos
-    return take_configuration(data, pos + 1)
+    marker = data[pos : pos + 1]
+    if marker == _HAS_CONFIG:
+        return take_configuration(data, pos + 1)
+    if marker == _HAS_CONFIG_ADDRESSES:
+        return take_configuration(data, pos + 1, with_addresses=True)
+    return None, pos
 
 
 def put_configuration(parts: list[bytes], config: Configuration) -> None:
+    """The names; then, when it has any (the caller marks which), the addresses."""
     witnesses = sorted(config.witnesses)
     parts.append(_CONFIG_HEAD.pack(len(config.voters), len(witnesses), len(config.learners)))
     for name in (*config.voters, *witnesses, *config.learners):
-        encoded = name.encode()
-        parts.append(_NAME.pack(len(encoded)))
-        parts.append(encoded)
+        _put_name(parts, name)
+    if config.addresses:
+        parts.append(_NAME.pack(len(config.addresses)))
+        for member, address in config.addresses:
+            _put_name(parts, member)
+            _put_name(parts, address)
+
+
+def _put_name(parts: list[bytes], name: str) -> None:
+    encoded = name.encode()
+    parts.append(_NAME.pack(len(encoded)))
+    parts.append(encoded)
 
 
 # -- decoding ---------------------------------------------------------------------------
@@ -215,27 +231,42 @@ def take_entries(data: bytes, pos: int, count: int) -> tuple[tuple[Entry, ...], 
             entries.append(Entry(index, term, batch))
         elif kind == _NO_OP:
             entries.append(Entry(index, term, None))
-        elif kind == _CONFIG_ENTRY:
-            config, pos = take_configuration(data, pos)
+        elif kind in (_CONFIG_ENTRY, _CONFIG_ADDRESSES_ENTRY):
+            with_addresses = kind == _CONFIG_ADDRESSES_ENTRY
+            config, pos = take_configuration(data, pos, with_addresses=with_addresses)
             entries.append(Entry(index, term, None, config))
         else:
             raise WireFormatError(
-                f"entry kind must be 0 (no-op), 1 (batch) or 2 (membership change), got {kind}"
+                f"entry kind must be 0 (no-op), 1 (batch), 2 or 3 (membership change), got {kind}"
             )
     return tuple(entries), pos
 
 
-def take_configuration(data: bytes, pos: int) -> tuple[Configuration, int]:
+def take_configuration(
+    data: bytes, pos: int, *, with_addresses: bool = False
+) -> tuple[Configuration, int]:
     counts = _CONFIG_HEAD.unpack_from(data, pos)
     pos += _CONFIG_HEAD.size
     groups: list[tuple[str, ...]] = []
     for count in counts:
         names: list[str] = []
         for _ in range(count):
-            (length,) = _NAME.unpack_from(data, pos)
-            pos += _NAME.size
-            names.append(data[pos : pos + length].decode())
-            pos += length
+            name, pos = _take_name(data, pos)
+            names.append(name)
         groups.append(tuple(names))
     voters, witnesses, learners = groups
-    return Configuration(voters, frozenset(witnesses), learners), pos
+    addresses: list[tuple[str, str]] = []
+    if with_addresses:
+        (count,) = _NAME.unpack_from(data, pos)
+        pos += _NAME.size
+        for _ in range(count):
+            member, pos = _take_name(data, pos)
+            address, pos = _take_name(data, pos)
+            addresses.append((member, address))
+    return Configuration(voters, frozenset(witnesses), learners, tuple(addresses)), pos
+
+
+def _take_name(data: bytes, pos: int) -> tuple[str, int]:
+    (length,) = _NAME.unpack_from(data, pos)
+    pos += _NAME.size
+    return data[pos : pos + length].decode(), pos + length

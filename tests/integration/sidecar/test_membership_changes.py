@@ -1,8 +1,9 @@
-"""Removing members from a running group with ``kdsync members remove`` (issue #17):
+"""Changing a running group's members with ``kdsync members`` (issue #17). Removing:
 the leader first, then the witness, under traffic, on real brokers. The members that
 stay keep ordering and end with identical, complete ``T-global``s, the removed leader's
 events included; a member restarted afterwards takes the new membership from its
-ledger, not from its startup file."""
+ledger, not from its startup file. Adding a witness: a two-region group gains one at
+runtime, and keeps ordering with either region down."""
 
 from __future__ import annotations
 
@@ -49,22 +50,7 @@ def _members_cli(
 def _remove_watching(
     group: LocalSidecarGroup, watch: GlobalWatch, staying: Sequence[str], member: str
 ) -> tuple[str, float]:
-    """Run ``kdsync members remove member`` while following the staying members'
-    T-globals; returns the command's output and the longest time any staying member
-    went without a new event meanwhile."""
-    cli = _members_cli(group, "remove", member, options=["--timeout", "120"])
-    last_growth = {m: (time.monotonic(), watch.count(m)) for m in staying}
-    longest = 0.0
-    while cli.poll() is None:  # polls Kafka until the command returns (it has a deadline)
-        for m in staying:
-            now, count = time.monotonic(), watch.count(m)
-            at, before = last_growth[m]
-            longest = max(longest, now - at)
-            if count > before:
-                last_growth[m] = (now, count)
-    output = cli.stdout.read() if cli.stdout else ""
-    assert cli.returncode == 0, output
-    return output, longest
+    return _run_watching(group, watch, staying, "remove", member)
 
 
 def _configuration(group: LocalSidecarGroup, member: str) -> dict[str, object]:
@@ -226,3 +212,109 @@ def test_members_remove_refuses_what_would_break_the_group(
     output, _ = show.communicate(timeout=60)
     assert show.returncode == 0, output
     assert "m1, m2, w (witness)" in output, output
+
+
+def _run_watching(
+    group: LocalSidecarGroup,
+    watch: GlobalWatch,
+    staying: Sequence[str],
+    action: str,
+    member: str,
+    *options: str,
+) -> tuple[str, float]:
+    """Run ``kdsync members action args`` while following the staying members'
+    T-globals; returns the command's output and the longest time any staying member
+    went without a new event meanwhile."""
+    # Counted before the command starts (reading a T-global takes a while), and once
+    # more after it ends, so that the whole change is inside the measurement.
+    last_growth = {m: (time.monotonic(), watch.count(m)) for m in staying}
+    # Options after the addresses: argparse takes positionals in one go.
+    cli = _members_cli(group, action, member, options=[*options, "--timeout", "120"])
+    longest = 0.0
+    done = False
+    while not done:  # polls Kafka until the command returns (it has a deadline)
+        done = cli.poll() is not None
+        for m in staying:
+            now, count = time.monotonic(), watch.count(m)
+            at, before = last_growth[m]
+            longest = max(longest, now - at)
+            if count > before:
+                last_growth[m] = (now, count)
+    output = cli.stdout.read() if cli.stdout else ""
+    assert cli.returncode == 0, output
+    return output, longest
+
+
+def test_two_regions_gain_a_witness_that_keeps_one_ordering_while_the_other_is_down(
+    sidecar_group: Callable[..., LocalSidecarGroup],
+    bootstrap: dict[str, str],
+    source_topic: str,
+    tmp_path: Path,
+) -> None:
+    """Two data members and no witness: either one down stops the group. A witness is
+    added at runtime (its sidecar started first, then ``kdsync members add w
+    --witness``), and then one region frozen leaves the other ordering its own events.
+    A member restarted afterwards reaches the witness, which its startup file does not
+    name, at the address the change recorded. Then the witness is removed again, and
+    both regions end with the same complete T-global."""
+    data = {m: bootstrap[m] for m in ("m1", "m2")}
+    group = sidecar_group("members-witness", data, source_topic)
+    global_topic, watch = start_watched(group, data, source_topic)
+    regions = list(data)
+    traffic = Traffic(data, source_topic, RATE).start()
+    pauses: dict[str, float] = {}
+    try:
+        wait_for(
+            "traffic to flow everywhere",
+            lambda: all(watch.count(m) >= GROWTH for m in regions),
+            60,
+            lambda: brief_status(group),
+        )
+        group.add_witness("w")
+        group.start_member("w")
+        output, pauses["add w (a witness)"] = _run_watching(
+            group, watch, regions, "add", "w", "--witness"
+        )
+        assert "w is in the group" in output and "w follows the group" in output, output
+        for member in regions:
+            config = _configuration(group, member)
+            assert config["voters"] == [*regions, "w"] and config["witnesses"] == ["w"], config
+            assert config["committed"] is True, config
+        _expect_growth(group, watch, regions)
+
+        # The witness's vote counts: with m2 frozen, m1 and w are a majority.
+        group.pause("m2")
+        try:
+            _expect_growth(group, watch, ["m1"])
+        finally:
+            group.resume("m2")
+        _expect_growth(group, watch, regions)
+
+        # m1's startup file does not name w: restarted, it dials w at the address the
+        # change recorded in its ledger.
+        group.stop("m1")
+        group.start_member("m1")
+        group.wait_ready(timeout=90, names=["m1"])
+        group.wait_until(
+            "the restarted m1 to reach w",
+            lambda s: (s.get("peers") or {}).get("w", {}).get("link") == "connected",
+            30,
+            names=["m1"],
+        )
+        _expect_growth(group, watch, regions)
+
+        output, pauses["remove w (the witness)"] = _run_watching(
+            group, watch, regions, "remove", "w"
+        )
+        assert "w is out of the group" in output, output
+        group.stop("w")
+        _expect_growth(group, watch, regions)
+    finally:
+        produced = traffic.stop()
+    for member in regions:
+        config = _configuration(group, member)
+        assert config["voters"] == regions and config["witnesses"] == [], config
+    verify_group(group, data, source_topic, global_topic, produced, replicas=regions)
+    watch.close()
+    (tmp_path / "witness-pauses.json").write_text(json.dumps(pauses))
+    print(f"longest gap in delivery at a region, by change: {json.dumps(pauses)}")

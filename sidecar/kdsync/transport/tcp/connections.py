@@ -34,6 +34,7 @@ from kdsync.transport.base import (
     PeerTransport,
     ReceivedFrame,
     TransportClosed,
+    validate_member_name,
 )
 from kdsync.transport.framing import HEADER_BYTES, check_frame_size, encode_frames, frame_size
 from kdsync.transport.tcp.backoff import ExponentialBackoff
@@ -127,18 +128,13 @@ class TcpTransport:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
+        self._jitter = jitter
         self._peers: dict[str, Peer] = {}
         for name in config.other_members():
-            address = config.peers[name]
-            host, port = parse_address(address)
-            self._peers[name] = Peer(
-                name=name,
-                address=address,
-                host=host,
-                port=port,
-                queue=SendQueue(config.max_queue_frames, config.max_queue_bytes),
-                backoff=ExponentialBackoff(config.backoff_initial_s, config.backoff_max_s, jitter),
-            )
+            self._peers[name] = self._new_peer(name, config.peers[name])
+        # Set once this member's membership comes from its log (changed at runtime): the
+        # handshake then stops comparing startup member lists (``handshake``).
+        self.membership_changed = False
         self._inbound = InboundBuffer(config.max_inbound_bytes)
         self._server_ssl: ssl.SSLContext | None = None
         self._client_ssl: ssl.SSLContext | None = None
@@ -156,6 +152,20 @@ class TcpTransport:
 
     # Whether this transport offers RDMA in the handshake (``RdmaTransport`` does).
     offers_rdma = False
+
+    def _new_peer(self, name: str, address: str) -> Peer:
+        host, port = parse_address(address)
+        config = self.config
+        return Peer(
+            name=name,
+            address=address,
+            host=host,
+            port=port,
+            queue=SendQueue(config.max_queue_frames, config.max_queue_bytes),
+            backoff=ExponentialBackoff(
+                config.backoff_initial_s, config.backoff_max_s, self._jitter
+            ),
+        )
 
     # -- PeerTransport ---------------------------------------------------------------
 
@@ -239,6 +249,26 @@ class TcpTransport:
         if state.dial_task is not None:
             state.dial_task.cancel()  # closes the outbound link; an inbound one may stay
         logger.info("stopped dialling %s: it is no longer a member of the group", peer)
+        return True
+
+    def add_peer(self, peer: str, address: str) -> bool:
+        state = self._peers.get(peer)
+        if peer == self.config.member or (state is not None and not state.retired):
+            return False
+        validate_member_name(peer)
+        if state is None:
+            state = self._new_peer(peer, address)  # raises ValueError for a bad address
+            self._peers[peer] = state
+        else:
+            # Retired and back: the same bookkeeping, so a link it kept stays counted.
+            state.host, state.port = parse_address(address)
+            state.address = address
+            state.retired = False
+            state.status = LinkStatus.CONNECTING
+            state.backoff.reset()
+        if self._started and not self._closing:
+            state.dial_task = self._spawn(self._dial_loop(state), f"kdsync-dial-{peer}")
+        logger.info("reaching member %s at %s: it joined the group", peer, address)
         return True
 
     async def close(self) -> None:
@@ -352,6 +382,7 @@ class TcpTransport:
                 peer.address,
                 tls=self._client_ssl is not None,
                 rdma=self.offers_rdma,
+                membership_changed=self.membership_changed,
             )
         except BaseException:
             await close_writer(writer)
@@ -440,6 +471,7 @@ class TcpTransport:
                         self._peers,
                         tls=self._server_ssl is not None,
                         rdma=self.offers_rdma,
+                        membership_changed=self.membership_changed,
                     )
             except Exception as exc:
                 if not isinstance(exc, EXPECTED_LINK_ERRORS):

@@ -13,7 +13,11 @@ After TCP (and TLS, unless insecure):
 
 Both frames also carry the member's *agreement* (the settings every member must share:
 members, topics). A peer whose agreement differs is refused on both sides, with a
-message naming what differs (``PeerConfigMismatch``).
+message naming what differs (``PeerConfigMismatch``). Once either side's membership comes
+from its log (``"membershipChanged": true``: it was changed at runtime), the startup
+files' member lists no longer decide who belongs, so they are not compared: a member
+added since, or one whose file still names a removed member, is welcome; the log and the
+transport's peer list (who may connect at all) decide.
 
 A dialer that can move frames over RDMA says so in its hello (``"rdma": true``); a
 listener that can too answers the same in its welcome, and the link's frames then go
@@ -53,12 +57,17 @@ class Hello(NamedTuple):
     rdma: bool
 
 
+# The agreement key that stops counting once a membership changed at runtime.
+_MEMBERS_KEY = "members"
+
+
 def _handshake_frame(
     kind: str,
     group: str,
     member: str,
     agreement: Mapping[str, Any] | None = None,
     rdma: bool = False,
+    membership_changed: bool = False,
 ) -> bytes:
     message: dict[str, Any] = {
         "kdsync": kind,
@@ -70,18 +79,25 @@ def _handshake_frame(
         message["agreement"] = dict(agreement)
     if rdma:
         message["rdma"] = True
+    if membership_changed:
+        message["membershipChanged"] = True
     return encode_frame(json.dumps(message, separators=(",", ":")).encode())
 
 
-def _disagreement(ours: Mapping[str, Any], frame: bytes, peer: str) -> str | None:
+def _disagreement(
+    ours: Mapping[str, Any], frame: bytes, peer: str, membership_changed: bool
+) -> str | None:
     """What differs between our agreement and the one in a (parsed-valid) handshake frame;
-    None when they agree, or when either side sends none (a member from before the check)."""
-    theirs = json.loads(frame).get("agreement")
+    None when they agree, or when either side sends none (a member from before the check).
+    The member lists count only while neither side's membership changed at runtime."""
+    message = json.loads(frame)
+    theirs = message.get("agreement")
     if not ours or not isinstance(theirs, dict):
         return None
+    skipped = {_MEMBERS_KEY} if membership_changed or message.get("membershipChanged") else set()
     differences = [
         f"{key}: {json.dumps(ours.get(key))} here, {json.dumps(theirs.get(key))} at {peer}"
-        for key in sorted(set(ours) | set(theirs))
+        for key in sorted((set(ours) | set(theirs)) - skipped)
         if json.loads(json.dumps(ours.get(key))) != theirs.get(key)
     ]
     if not differences:
@@ -123,9 +139,11 @@ async def handshake_as_dialer(
     *,
     tls: bool,
     rdma: bool = False,
+    membership_changed: bool = False,
 ) -> bool:
     """Make sure the listener at ``address`` is member ``peer`` and agrees with us.
     Returns whether the link moves its frames over RDMA (``rdma``: we offer it).
+    ``membership_changed``: our membership comes from our log (see the module doc).
 
     Raises PeerAuthenticationError, HandshakeError (PeerConfigMismatch when the
     agreements differ), or what reading the stream raises.
@@ -136,7 +154,11 @@ async def handshake_as_dialer(
             raise PeerAuthenticationError(
                 f"{address} presented a certificate for member {presented!r}, expected {peer!r}"
             )
-    writer.write(_handshake_frame("hello", config.group, config.member, config.agreement, rdma))
+    writer.write(
+        _handshake_frame(
+            "hello", config.group, config.member, config.agreement, rdma, membership_changed
+        )
+    )
     await writer.drain()
     welcome = await read_frame(reader, _MAX_HANDSHAKE_FRAME_BYTES)
     answered_as = _parse_handshake(welcome, "welcome", config.group)
@@ -144,7 +166,7 @@ async def handshake_as_dialer(
         raise PeerAuthenticationError(
             f"{address} answered as member {answered_as!r}, expected {peer!r}"
         )
-    disagreement = _disagreement(config.agreement, welcome, peer)
+    disagreement = _disagreement(config.agreement, welcome, peer, membership_changed)
     if disagreement is not None:
         raise PeerConfigMismatch(disagreement)
     return rdma and json.loads(welcome).get("rdma") is True
@@ -158,6 +180,7 @@ async def handshake_as_listener(
     *,
     tls: bool,
     rdma: bool = False,
+    membership_changed: bool = False,
 ) -> Hello:
     """Authenticate an inbound connection; returns the member (one of ``peers``) it
     belongs to, and whether its frames come over RDMA (it offered it and ``rdma``: we
@@ -179,10 +202,17 @@ async def handshake_as_listener(
     # The welcome carries our agreement even to a member that disagrees, so both
     # sides can say what differs; the link is then refused.
     writer.write(
-        _handshake_frame("welcome", config.group, config.member, config.agreement, use_rdma)
+        _handshake_frame(
+            "welcome",
+            config.group,
+            config.member,
+            config.agreement,
+            use_rdma,
+            membership_changed,
+        )
     )
     await writer.drain()
-    disagreement = _disagreement(config.agreement, hello, claimed)
+    disagreement = _disagreement(config.agreement, hello, claimed, membership_changed)
     if disagreement is not None:
         raise PeerConfigMismatch(disagreement)
     return Hello(claimed, use_rdma)

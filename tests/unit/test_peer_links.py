@@ -1,0 +1,307 @@
+"""``PeerLinks``, the driver's frame port over the peer transport: a member added to the
+group at runtime is dialled at the address its configuration entry carries, and the
+driver tells the port about a new configuration before it sends anything under it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+import pytest
+
+from kdsync.driver import DriverPorts, MemberDriver
+from kdsync.ordering import (
+    Configuration,
+    Delivery,
+    Entry,
+    GroupSpec,
+    HardState,
+    LedgerState,
+    OrderingNode,
+    RecoveredState,
+    Role,
+    Timing,
+)
+from kdsync.runtime.peer_links import PeerLinks
+from kdsync.transport import PeerTransport
+from kdsync.transport.address import parse_address
+from kdsync.transport.base import validate_member_name
+
+W_ADDRESS = "10.0.0.9:7400"
+
+
+@dataclass
+class FakeTransport:
+    """The parts of a PeerTransport that PeerLinks uses, behaving like TcpTransport's:
+    ``send`` to a stranger raises, ``add_peer`` refuses a live peer or ourselves."""
+
+    member: str
+    known: dict[str, str]
+    membership_changed: bool = False
+    added: list[tuple[str, str]] = field(default_factory=list)
+    sent: list[tuple[str, bytes]] = field(default_factory=list)
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return tuple(self.known)
+
+    def send(self, peer: str, frame: bytes) -> bool:
+        if peer not in self.known:
+            raise ValueError(f"{peer!r} is not another member of the group")
+        self.sent.append((peer, frame))
+        return True
+
+    def add_peer(self, peer: str, address: str) -> bool:
+        if peer == self.member or peer in self.known:
+            return False
+        validate_member_name(peer)
+        parse_address(address)
+        self.added.append((peer, address))
+        self.known[peer] = address
+        return True
+
+
+def _links(member: str = "a", *peers: str) -> tuple[PeerLinks, FakeTransport]:
+    transport = FakeTransport(member, {p: f"10.0.0.1:{7400 + i}" for i, p in enumerate(peers)})
+    return PeerLinks(cast(PeerTransport, transport)), transport
+
+
+def test_a_member_added_with_an_address_is_dialled_and_frames_reach_it() -> None:
+    links, transport = _links("a", "b")
+    assert links.send("w", b"too early") is False, "w is no peer yet"
+    config = Configuration(("a", "b", "w"), frozenset({"w"}), addresses=(("w", W_ADDRESS),))
+
+    links.follow_configuration(config, 9)
+    assert transport.added == [("w", W_ADDRESS)], "only the member with an address"
+    assert transport.membership_changed is True
+    assert links.send("w", b"append") is True
+    assert transport.sent == [("w", b"append")]
+
+    # The same configuration again (or one the member is in already) dials nobody twice.
+    links.follow_configuration(config, 9)
+    assert transport.added == [("w", W_ADDRESS)]
+
+
+def test_membership_changed_follows_where_the_configuration_came_from() -> None:
+    links, transport = _links("a", "b", "c")
+    startup = Configuration(("a", "b", "c"))
+    links.follow_configuration(startup, 0)
+    assert transport.membership_changed is False, "the startup file's: nothing changed"
+    links.follow_configuration(startup.without("c"), 7)
+    assert transport.membership_changed is True
+    # The change was cut from the log: the startup file's configuration is back.
+    links.follow_configuration(startup, 0)
+    assert transport.membership_changed is False
+    assert transport.added == []
+
+
+def test_a_member_nobody_can_reach_is_logged_once_and_frames_to_it_are_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    links, transport = _links("a", "b")
+    # d joined with no address (not through `kdsync members add`): no one can dial it.
+    config = Configuration(("a", "b", "d"))
+    links.follow_configuration(config, 4)
+    links.follow_configuration(config, 4)
+    links.follow_configuration(Configuration(("a", "b", "d"), learners=("e",)), 5)
+    about_d = [r for r in caplog.records if "member d joined" in r.getMessage()]
+    assert len(about_d) == 1, [r.getMessage() for r in caplog.records]
+    assert about_d[0].levelno == logging.ERROR
+    assert "no peer address" in about_d[0].getMessage()
+    assert not any("member b joined" in r.getMessage() for r in caplog.records), (
+        "b is in the startup file: it is reachable"
+    )
+    assert transport.added == []
+    assert links.send("d", b"x") is False, "dropped, not an exception"
+    assert links.send("b", b"y") is True
+    assert transport.sent == [("b", b"y")]
+
+
+def test_an_unusable_address_in_the_log_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    links, transport = _links("a", "b")
+    config = Configuration(("a", "b", "w"), frozenset({"w"}), addresses=(("w", "no port here"),))
+    links.follow_configuration(config, 3)
+    assert transport.added == []
+    assert any(
+        "no port here" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records
+    )
+    assert links.send("w", b"x") is False
+
+
+# ---------------------------------------------------------------- in the driver
+
+
+Call = tuple[str, object, int | None]  # what, config or peer, config index
+
+
+@dataclass
+class RecordingFrames:
+    """A FrameSender that records, in order, what it was told and sent, and routes the
+    frames to the members that run."""
+
+    member: str
+    wire: list[tuple[str, str, bytes]]
+    calls: list[Call] = field(default_factory=list)
+
+    def send(self, peer: str, frame: bytes) -> bool:
+        self.calls.append(("send", peer, None))
+        self.wire.append((self.member, peer, frame))
+        return True
+
+    def follow_configuration(self, config: Configuration, index: int) -> None:
+        self.calls.append(("follow", config, index))
+
+
+@dataclass
+class PendingLog:
+    """A log port whose writes the test completes (they are durable at once)."""
+
+    writing: bool = False
+
+    def persist(
+        self, hard_state: HardState | None, entries: list[Entry], truncate_from: int | None
+    ) -> None:
+        self.writing = True
+
+    def load(self, spans: list[tuple[int, int]], max_bytes: int) -> None:
+        pass
+
+    def trim(self, below_index: int) -> None:
+        pass
+
+
+@dataclass
+class PendingDelivery:
+    """A delivery port whose transactions the test commits."""
+
+    writing: bool = False
+
+    def write(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
+        self.writing = True
+
+    def commit(self, positions: Mapping[tuple[str, int], int]) -> None:
+        pass
+
+
+class TwoDrivers:
+    """Two data members, each a real OrderingNode under a real MemberDriver, their
+    frames delivered in order; frames to anyone else only recorded."""
+
+    def __init__(self) -> None:
+        group = GroupSpec(("a", "b"))
+        self.wire: list[tuple[str, str, bytes]] = []
+        self.frames: dict[str, RecordingFrames] = {}
+        self.logs: dict[str, PendingLog] = {}
+        self.deliveries: dict[str, PendingDelivery] = {}
+        self.drivers: dict[str, MemberDriver] = {}
+        for number, member in enumerate(group.members, start=1):
+            self.frames[member] = RecordingFrames(member, self.wire)
+            self.logs[member] = PendingLog()
+            self.deliveries[member] = PendingDelivery()
+            node = OrderingNode(member, group, Timing(), incarnation=number)
+            ports = DriverPorts(
+                self.logs[member], self.deliveries[member], None, self.frames[member]
+            )
+            self.drivers[member] = MemberDriver(node, ports)
+
+    def settle(self) -> None:
+        for _ in range(10_000):
+            progressed = False
+            for member, driver in self.drivers.items():
+                if self.logs[member].writing:
+                    self.logs[member].writing = False
+                    driver.log_persisted()
+                    progressed = True
+                if self.deliveries[member].writing:
+                    self.deliveries[member].writing = False
+                    driver.transaction_committed()
+                    progressed = True
+            while self.wire:
+                sender, receiver, frame = self.wire.pop(0)
+                if receiver in self.drivers:
+                    self.drivers[receiver].receive_frame(sender, frame)
+                    progressed = True
+            if not progressed:
+                return
+        pytest.fail("the drivers never went quiet")
+
+    def run_until(self, done: Callable[[], bool], ticks: int, what: str) -> None:
+        for _ in range(ticks):
+            if done():
+                return
+            for driver in self.drivers.values():
+                driver.tick()
+            self.settle()
+        pytest.fail(f"{what}: not within {ticks} ticks")
+
+    def leader(self) -> str | None:
+        leaders = [m for m, d in self.drivers.items() if d.node.role is Role.LEADER]
+        return leaders[0] if len(leaders) == 1 else None
+
+
+def _first_follow_with(calls: list[Call], member: str) -> int:
+    for at, (kind, config, _) in enumerate(calls):
+        if kind == "follow" and member in cast(Configuration, config).members:
+            return at
+    raise AssertionError(f"never told of a configuration with {member}: {calls}")
+
+
+def _first_send_to(calls: list[Call], peer: str) -> int:
+    for at, (kind, to, _) in enumerate(calls):
+        if kind == "send" and to == peer:
+            return at
+    raise AssertionError(f"nothing sent to {peer}: {calls}")
+
+
+def test_the_driver_follows_a_new_configuration_before_sending_to_its_new_member() -> None:
+    group = TwoDrivers()
+    for member, frames in group.frames.items():
+        # At construction, before anything is sent: the startup file's configuration.
+        assert frames.calls[0] == ("follow", Configuration(("a", "b")), 0), member
+    group.run_until(lambda: group.leader() is not None, 200, "an election")
+    leader = group.leader()
+    assert leader is not None
+    follower = next(m for m in group.drivers if m != leader)
+    node = group.drivers[leader].node
+    group.run_until(lambda: node.commit_index >= node.log.last_index, 50, "the no-op")
+
+    added = node.config.with_witness("w", "127.0.0.1:9")
+    assert group.drivers[leader].propose_configuration(added) is None
+    group.settle()
+    index = node.config_index
+    assert index == node.log.last_index > 0
+
+    calls = group.frames[leader].calls
+    before_w = calls[: _first_send_to(calls, "w")]
+    assert ("follow", added, index) in before_w, (
+        f"a frame went to w before the configuration adding it was followed: {calls}"
+    )
+    assert [c for c in calls if c[0] == "follow"][-1] == ("follow", added, index)
+
+    # The follower takes the change from the leader's Append, with the address.
+    group.run_until(lambda: not node.change_pending, 50, "the change to commit")
+    follower_calls = group.frames[follower].calls
+    at = _first_follow_with(follower_calls, "w")
+    config = follower_calls[at][1]
+    assert isinstance(config, Configuration)
+    assert config.address_of("w") == "127.0.0.1:9"
+    assert follower_calls[at][2] == index
+    assert ("send", "w", None) not in follower_calls[:at]
+
+
+def test_a_member_restarted_after_a_witness_joined_dials_it_from_its_ledger() -> None:
+    """The startup file still lists a and b only; the ledger has the change that added
+    w: the driver's first act is to have the transport reach w."""
+    with_w = Configuration(("a", "b", "w"), frozenset({"w"}), addresses=(("w", W_ADDRESS),))
+    ledger = LedgerState(5, 1, {}, {}, with_w, 4)
+    node = OrderingNode(
+        "a", GroupSpec(("a", "b")), Timing(), incarnation=1, recovered=RecoveredState(ledger=ledger)
+    )
+    links, transport = _links("a", "b")
+    MemberDriver(node, DriverPorts(PendingLog(), PendingDelivery(), None, links))
+    assert transport.added == [("w", W_ADDRESS)]
+    assert transport.membership_changed is True
