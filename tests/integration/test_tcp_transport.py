@@ -800,3 +800,26 @@ def test_pki_is_idempotent(tmp_path: Path) -> None:
     assert oct(second["c"].key.stat().st_mode & 0o777) == "0o600"
     with pytest.raises(ValueError):
         make_group_pki(GROUP, ["a", "a"], tmp_path)
+
+
+def test_a_peer_that_reaches_us_is_dialled_back_at_once_not_after_the_backoff(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """a dials b while b is down and backs off for a long time; b starting (and dialling
+    a) makes a dial b at once: a restarted member, or one just added to the group, gets
+    the others' frames without waiting out their backoff."""
+    configs = group_configs(pki, ["a", "b"], backoff_initial_s=60.0, backoff_max_s=60.0)
+
+    async def main() -> None:
+        async with running(configs["a"]) as (a,):
+            await wait_until(
+                lambda: a.peer_states()["b"].outbound is LinkStatus.BACKOFF,
+                "a backs off from the absent b",
+            )
+            assert a.send("b", b"queued while b was down")
+            async with running(configs["b"]) as (b,):
+                frames = await receive_frames(b, 1)  # within the deadline, not 30-60 s
+                assert frames == [("a", b"queued while b was down")]
+                assert a.peer_states()["b"].connect_attempts == 2
+
+    run(main)

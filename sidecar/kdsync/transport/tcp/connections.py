@@ -15,6 +15,7 @@ Everything runs on one event loop; the transport is not thread-safe.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import ssl
@@ -90,6 +91,8 @@ class Peer:
     inbound_task: asyncio.Task[Any] | None = field(default=None, repr=False)
     dial_task: asyncio.Task[None] | None = field(default=None, repr=False)
     retired: bool = False  # left the group: no longer dialled, frames for it dropped
+    # Set when the peer reached us while our link to it waits out a backoff.
+    wake: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def snapshot(self) -> PeerState:
         return PeerState(
@@ -356,7 +359,10 @@ class TcpTransport:
             delay = peer.backoff.next_delay()
             peer.status = LinkStatus.BACKOFF
             peer.next_attempt_at = time.time() + delay
-            await asyncio.sleep(delay)
+            peer.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await peer.wake.wait()
 
     async def _dial(self, peer: Peer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
         """A connected, authenticated link to ``peer``, and whether its frames go over
@@ -495,6 +501,11 @@ class TcpTransport:
                 )
             else:
                 logger.info("accepted connection from member %s at %s", name, remote)
+            if peer.status is LinkStatus.BACKOFF:
+                # It is up and takes us as a member (it restarted, or just learned that we
+                # are one): dial it now, not at the end of a backoff of up to backoff_max_s.
+                peer.backoff.reset()
+                peer.wake.set()
             await self._take_frames(peer, reader, writer, rdma)
         except (FrameTooLarge, FrameTimeout) as exc:
             reason = (
