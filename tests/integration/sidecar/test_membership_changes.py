@@ -318,3 +318,53 @@ def test_two_regions_gain_a_witness_that_keeps_one_ordering_while_the_other_is_d
     watch.close()
     (tmp_path / "witness-pauses.json").write_text(json.dumps(pauses))
     print(f"longest gap in delivery at a region, by change: {json.dumps(pauses)}")
+
+
+def test_a_witness_killed_while_it_joins_comes_back_and_the_group_never_stops(
+    sidecar_group: Callable[..., LocalSidecarGroup],
+    bootstrap: dict[str, str],
+    source_topic: str,
+) -> None:
+    """Three data members gain a witness under traffic. The witness is SIGKILLed as soon
+    as the change is in the leader's log, while ``kdsync members add`` still waits for
+    it: the group (3 of 4 voters up) goes on ordering meanwhile, the witness restarted
+    from nothing recovers from the others and follows, and the command completes. Every
+    event ends once, in one order, in all three T-globals."""
+    group = sidecar_group("members-join-kill", bootstrap, source_topic)
+    global_topic, watch = start_watched(group, bootstrap, source_topic)
+    members = list(bootstrap)
+    traffic = Traffic(bootstrap, source_topic, RATE).start()
+    try:
+        wait_for(
+            "traffic to flow everywhere",
+            lambda: all(watch.count(m) >= GROWTH for m in members),
+            60,
+            lambda: brief_status(group),
+        )
+        group.add_witness("w")
+        group.start_member("w")
+        cli = _members_cli(group, "add", "w", options=["--witness", "--timeout", "180"])
+        try:
+            group.wait_until(
+                "the change to be in the members' logs",
+                lambda s: "w" in (s.get("configuration") or {}).get("voters", []),
+                60,
+                names=members,
+            )
+            group.kill("w")
+            _expect_growth(group, watch, members)  # 3 of 4 voters: still a majority
+            group.start_member("w")
+            output, _ = cli.communicate(timeout=240)  # the command has its own deadline
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        assert cli.returncode == 0, output
+        assert "w follows the group" in output, output
+        _expect_growth(group, watch, members)
+    finally:
+        produced = traffic.stop()
+    for member in members:
+        config = _configuration(group, member)
+        assert config["voters"] == [*members, "w"] and config["committed"] is True, config
+    verify_group(group, bootstrap, source_topic, global_topic, produced, replicas=members)
+    watch.close()
