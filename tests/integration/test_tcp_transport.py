@@ -553,6 +553,24 @@ def test_topics_must_still_agree_after_a_membership_change(
     run(main)
 
 
+def test_a_member_whose_file_gives_it_another_role_is_refused_even_after_a_change(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """b's file makes b a witness, a's a data member: refused although both say their
+    membership changed at runtime (the files are the only word on roles)."""
+    configs = group_configs(pki, ["a", "b", "c"])
+    a_config = replace(configs["a"], agreement=_agreement("a", "b", "c"))
+    b_config = replace(configs["b"], agreement=_agreement("a", "b", "c", witnesses={"b"}))
+
+    async def main() -> None:
+        async with running(a_config, b_config, changed={"a", "b"}) as (a, b):
+            await wait_until(disagreeing((a, "b"), (b, "a")), "a and b refuse each other")
+            error = a.peer_states()["b"].last_error or ""
+            assert "b is a data member here, a witness at b" in error, error
+
+    run(main)
+
+
 def test_a_member_added_at_runtime_is_dialled_and_accepted(
     pki: dict[str, MemberTlsFiles],
 ) -> None:
@@ -583,8 +601,16 @@ def test_a_member_added_at_runtime_is_dialled_and_accepted(
 
             assert a.add_peer("c", c_address) is False, "a live peer already"
             assert a.add_peer("a", a_config.listen) is False, "ourselves"
-            assert a.add_peer("b", "127.0.0.1:1") is False
-            assert a.peer_states()["b"].address == b_config.listen, "b's address is kept"
+            assert a.add_peer("b", b_config.listen) is False, "reached there already"
+            # An address from the log wins over the startup file's: b moved.
+            assert a.add_peer("b", "127.0.0.1:1") is True
+            assert a.peer_states()["b"].address == "127.0.0.1:1"
+            await wait_until(
+                lambda: a.peer_states()["b"].outbound is not LinkStatus.CONNECTED,
+                "a dials b at its new address (where nothing listens)",
+            )
+            assert a.add_peer("b", b_config.listen) is True
+            await assert_delivers(a, b, b"b is back where it was")
             with pytest.raises(ValueError):
                 a.add_peer("no such/name", "127.0.0.1:7400")
             with pytest.raises(ValueError):

@@ -47,6 +47,9 @@ class _Nowhere:
     def follow_configuration(self, config: Configuration, index: int) -> None:
         pass
 
+    def reach_members(self, config: Configuration) -> None:
+        pass
+
     def write(self, deliveries: Sequence[Delivery], ledger: LedgerState) -> None:
         pass
 

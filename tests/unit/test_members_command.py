@@ -143,6 +143,7 @@ def _status(member: str, role: str, term: int = 1, **extra: Any) -> dict[str, An
         "role": role,
         "term": term,
         "phase": "running",
+        "peer": f"{member}.example:7400",
         "configuration": {
             "voters": ["m1", "m2", "m3"],
             "witnesses": [],
@@ -413,8 +414,12 @@ def test_a_member_answers_a_witness_addition_by_what_the_caller_should_do() -> N
         assert pump.node(member).config.address_of("w") == W_PEER, "the address travels"
 
     appended_at = node.config_index
-    answer = add_witness(_driver(pump, leader), "w", "10.0.0.10:7400")
+    answer = add_witness(_driver(pump, leader), "w", W_PEER)
     assert answer.outcome == Outcome.ALREADY_A_MEMBER and answer.index == appended_at
+    # Asked again at another address: refused, naming the way to move it.
+    answer = add_witness(_driver(pump, leader), "w", "10.0.0.10:7400")
+    assert answer.outcome == Outcome.REFUSED, answer
+    assert answer.reason is not None and "remove it and add it again" in answer.reason
     assert node.log.last_index == appended_at and node.config.address_of("w") == W_PEER
 
     answer = add_witness(_driver(pump, leader), follower, W_PEER)
@@ -695,3 +700,18 @@ def test_a_first_addition_does_not_say_it_resumes_whatever_order_the_urls_come_i
     lines = _add(group, monkeypatch, urls=["uw", "u1", "u2", "u3"])
     _printed(lines, "w follows the group")
     assert not any("already" in line for _, line in lines), lines
+
+
+def test_a_witness_is_added_only_while_every_voter_answers_on_this_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The group counts the witness from the moment the change is appended, and a member
+    of an older release cannot read a change that carries an address: both are checked
+    before anything is asked."""
+    group = _with_w()
+    with pytest.raises(MembersCommandError, match="m3 did not answer"):
+        _add(group, monkeypatch, urls=["u1", "u2", "uw"])
+    del group.statuses["u2"]["peer"]
+    with pytest.raises(MembersCommandError, match=r"m2 run.* an older release"):
+        _add(group, monkeypatch)
+    assert group.asked == [] and group.bodies == []

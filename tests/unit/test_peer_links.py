@@ -24,10 +24,14 @@ from kdsync.ordering import (
     Role,
     Timing,
 )
+from kdsync.ordering.log import ReplicatedLog
+from kdsync.ordering.messages import RecoverRequest
+from kdsync.ordering.witness import recover_reply
 from kdsync.runtime.peer_links import PeerLinks
 from kdsync.transport import PeerTransport
 from kdsync.transport.address import parse_address
 from kdsync.transport.base import validate_member_name
+from kdsync.wire_format.messages import decode_message, encode_message
 
 W_ADDRESS = "10.0.0.9:7400"
 
@@ -54,7 +58,7 @@ class FakeTransport:
         return True
 
     def add_peer(self, peer: str, address: str) -> bool:
-        if peer == self.member or peer in self.known:
+        if peer == self.member or self.known.get(peer) == address:
             return False
         validate_member_name(peer)
         parse_address(address)
@@ -106,11 +110,11 @@ def test_a_member_nobody_can_reach_is_logged_once_and_frames_to_it_are_dropped(
     links.follow_configuration(config, 4)
     links.follow_configuration(config, 4)
     links.follow_configuration(Configuration(("a", "b", "d"), learners=("e",)), 5)
-    about_d = [r for r in caplog.records if "member d joined" in r.getMessage()]
+    about_d = [r for r in caplog.records if "member d is in the group" in r.getMessage()]
     assert len(about_d) == 1, [r.getMessage() for r in caplog.records]
     assert about_d[0].levelno == logging.ERROR
     assert "no peer address" in about_d[0].getMessage()
-    assert not any("member b joined" in r.getMessage() for r in caplog.records), (
+    assert not any("member b is in the group" in r.getMessage() for r in caplog.records), (
         "b is in the startup file: it is reachable"
     )
     assert transport.added == []
@@ -154,6 +158,9 @@ class RecordingFrames:
 
     def follow_configuration(self, config: Configuration, index: int) -> None:
         self.calls.append(("follow", config, index))
+
+    def reach_members(self, config: Configuration) -> None:
+        self.calls.append(("reach", config, None))
 
 
 @dataclass
@@ -305,3 +312,40 @@ def test_a_member_restarted_after_a_witness_joined_dials_it_from_its_ledger() ->
     MemberDriver(node, DriverPorts(PendingLog(), PendingDelivery(), None, links))
     assert transport.added == [("w", W_ADDRESS)]
     assert transport.membership_changed is True
+
+
+def test_a_restarting_witness_reaches_a_member_added_since_before_asking_it() -> None:
+    """A witness restarts with a startup file that predates the addition of w (as the
+    files of members that were there before may). Its recovery asks everyone the
+    answers name: m1's answer shows w, with its address. The driver must hand that
+    configuration to the port before the request to w goes out, or the port (which
+    knows only the file's members) drops it and the witness waits for ever."""
+    grown = Configuration(
+        ("m1", "m2", "m3", "x", "w"), frozenset({"x", "w"}), (), (("w", W_ADDRESS),)
+    )
+    node = OrderingNode(
+        "x", GroupSpec(("m1", "m2", "m3", "x"), frozenset({"x"})), Timing(), incarnation=7
+    )
+    frames = RecordingFrames("x", [])
+    driver = MemberDriver(node, DriverPorts(None, None, None, frames))
+    for _ in range(5 * Timing().election_ticks):
+        driver.tick()
+        if any(call[0] == "send" for call in frames.calls):
+            break
+    requests = [decode_message(frame) for _, _, frame in frames.wire]
+    asked = [peer for _, peer, _ in frames.wire]
+    assert sorted(set(asked)) == ["m1", "m2", "m3"], asked
+    request = requests[0]
+    assert isinstance(request, RecoverRequest)
+    answer = recover_reply(3, ReplicatedLog(), 0, request, 1 << 20, grown)
+    driver.receive_frame("m1", encode_message(answer))
+    reached = [i for i, call in enumerate(frames.calls) if call == ("reach", grown, None)]
+    to_w = [i for i, call in enumerate(frames.calls) if call[:2] == ("send", "w")]
+    assert reached and to_w, frames.calls
+    assert reached[0] < to_w[0], frames.calls
+    # Through the real port: w is dialled at the recorded address before it is asked.
+    transport = FakeTransport("x", {"m1": "h:1", "m2": "h:2", "m3": "h:3"})
+    links = PeerLinks(cast(PeerTransport, transport))
+    links.reach_members(grown)
+    assert transport.added == [("w", W_ADDRESS)]
+    assert links.send("w", b"ask")

@@ -175,6 +175,7 @@ class MemberDriver:
         self._load_retry_at: int | None = None  # after a failed read-back
         self._next_trim = self.limits.trim_ticks
         self._followed: Configuration | None = None  # last told to the frames port
+        self._heard: tuple[Configuration, ...] = ()  # recovery's, last told to it
         self._follow_configuration()
 
     # ------------------------------------------------------------------ inputs
@@ -312,10 +313,16 @@ class MemberDriver:
         self._maybe_write()
 
     def _follow_configuration(self) -> None:
-        config = self.node.config
+        node = self.node
+        heard = node.heard_configurations
+        if heard is not self._heard:
+            self._heard = heard
+            for shown in heard:  # adding links is idempotent: all of them, again
+                self.ports.frames.reach_members(shown)
+        config = node.config
         if config is not self._followed:
             self._followed = config
-            self.ports.frames.follow_configuration(config, self.node.config_index)
+            self.ports.frames.follow_configuration(config, node.config_index)
 
     def _handle(self, ready: Ready) -> None:
         if ready.events:

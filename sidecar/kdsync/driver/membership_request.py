@@ -72,6 +72,13 @@ def add_witness(driver: MemberDriver, member: str, address: str) -> MembershipAn
         if not config.is_witness(member):
             reason = f"{member} is a data member of the group already, not a witness"
             return MembershipAnswer(Outcome.REFUSED, reason, None)
+        recorded = config.address_of(member)
+        if recorded is not None and recorded != address:
+            reason = (
+                f"{member} is in the group already, reached at {recorded}, not {address}: "
+                f"to move it, remove it and add it again"
+            )
+            return MembershipAnswer(Outcome.REFUSED, reason, None)
         return MembershipAnswer(
             Outcome.ALREADY_A_MEMBER,
             f"{member} is in the configuration in force already ({config.describe()})",

@@ -75,6 +75,12 @@ class FrameSender(Protocol):
         which the shell sees in the status."""
         ...
 
+    def reach_members(self, config: Configuration) -> None:
+        """Members of a configuration this member heard of but does not use yet (a
+        recovering witness's answers show it) must be reachable, and able to reach us:
+        it asks them next. Adds links only."""
+        ...
+
 
 class WriteFailure(enum.Enum):
     """Why a transaction did not commit (nothing of it became visible)."""

@@ -54,9 +54,12 @@ class Configuration:
         if len(self.witnesses) >= len(self._data_voters):
             # Committed entries must always reach a member that keeps them durably.
             found.append("a group needs more voting data members than witnesses")
-        strangers = sorted({m for m, _ in self.addresses} - set(names))
+        named = [m for m, _ in self.addresses]
+        strangers = sorted(set(named) - set(names))
         if strangers:
             found.append(f"addresses given for {strangers}, who are not members")
+        if len(set(named)) != len(named):
+            found.append(f"one address per member: {sorted(named)}")
         return found
 
     @property

@@ -133,6 +133,12 @@ class NodeState:
         return self._configs[-1][1] if self._configs else self._config_base[1]
 
     @property
+    def heard_configurations(self) -> tuple[Configuration, ...]:
+        """Configurations a recovering witness's answers showed, which it does not use
+        yet: their members must be reachable (empty when not recovering)."""
+        return self._recovery.heard if self._recovery is not None else ()
+
+    @property
     def config_index(self) -> int:
         """Where the configuration in force was appended (0: the startup file's)."""
         return self._configs[-1][0] if self._configs else self._config_base[0]

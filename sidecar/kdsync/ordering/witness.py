@@ -126,6 +126,10 @@ class WitnessRecovery:
         self._asked: set[str] = set()
         self._named_before: set[str] = set()
         self._refreshing: set[str] = set()  # complete answers asked for afresh
+        # Every configuration the complete answers showed, in the order first seen: the
+        # shell must reach their members (one added at runtime is not in the startup
+        # file) before this witness asks them. A new tuple whenever one is added.
+        self.heard: tuple[Configuration, ...] = ()
 
     def requests(self, term: int) -> list[tuple[str, RecoverRequest]]:
         """(Re)ask everyone whose answer is not complete: from the start, or after what
@@ -209,6 +213,9 @@ class WitnessRecovery:
         self._partial.pop(sender, None)
         self._complete[sender] = partial
         self._refreshing.discard(sender)
+        fresh = [c for _, c in partial.configs() if c not in self.heard]
+        if fresh:
+            self.heard = (*self.heard, *dict.fromkeys(fresh))
         if any(m not in self._complete for m in self._waiting_on()):
             return None
         answers = list(self._complete.values())

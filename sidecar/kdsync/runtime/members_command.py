@@ -164,8 +164,9 @@ def add(
         view = _answered_by(member, urls, view, deadline, out, clock, sleep)
     status = view.statuses.get(member)
     if status is None:
+        asked = "did not answer" if view.unreachable else "is not among the sidecars given"
         raise MembersCommandError(
-            f"{member} did not answer: start its sidecar first (its file lists the group's "
+            f"{member} {asked}: start its sidecar first (its file lists the group's "
             f"members and {member} as a witness), then give its address or --config too. "
             "Until it runs, a group that counts it needs every other voter to commit"
         )
@@ -177,14 +178,29 @@ def add(
     groups = {s.get("group") for s in view.statuses.values()}
     if len(groups) != 1:
         raise MembersCommandError(f"the sidecars given belong to different groups: {groups}")
+    # Every member must read a change that carries an address (older releases cannot),
+    # and must answer: the group counts the witness from the moment it is appended.
+    group_config = newest_configuration(s for name, s in view.statuses.items() if name != member)
+    voters = [v for v in (group_config or {}).get("voters", []) if v != member]
+    silent = [v for v in voters if v not in view.statuses]
+    if silent:
+        raise MembersCommandError(
+            f"{', '.join(silent)} did not answer: give every member's address (or --config), "
+            "and add a witness while every voter is up"
+        )
+    older = [v for v in voters if "peer" not in view.statuses[v]]
+    if older:
+        raise MembersCommandError(
+            f"{', '.join(older)} run(s) an older release, which cannot read a membership "
+            "change that carries a peer address: upgrade every member first"
+        )
     address = peer or status.get("peer")
     if not isinstance(address, str):
         raise MembersCommandError(
             f"{member} reports no peer address (an older release): give --peer HOST:PORT"
         )
     # The group's word, not the new member's: its startup file names it already.
-    config = newest_configuration(s for name, s in view.statuses.items() if name != member)
-    if config is not None and member in _members_of(config):
+    if group_config is not None and member in _members_of(group_config):
         out(f"{member} is in the newest configuration already; resuming")
     request = {"add": member, "witness": True, "peer": address}
     index, final = _change(urls, request, member, deadline, out, clock, sleep, joins=True)
@@ -211,8 +227,10 @@ def _await_joined(
         _check_deadline(
             clock,
             deadline,
-            f"{member} is in the group but has not heard from the leader: check that the "
-            f"others can reach its peer address, and its sidecar log",
+            f"{member} is a voter now but has not heard from the leader (its role: "
+            f"{status.get('role', 'unknown')}; its peers: {_peer_errors(status)}): check "
+            f"that the others can reach its peer address, and its sidecar log. "
+            f"`kdsync members remove {member}` backs the change out",
         )
         sleep(POLL_SECONDS)
 
@@ -239,6 +257,12 @@ def _change(
         out(f"the {change} at index {index} was cut from the log (a new leader); asking again")
         _check_deadline(clock, deadline, f"the {change} of {member} kept being cut")
         sleep(POLL_SECONDS)
+
+
+def _peer_errors(status: Mapping[str, Any]) -> str:
+    peers = status.get("peers") or {}
+    found = [f"{name} {p.get('lastError')}" for name, p in peers.items() if p.get("lastError")]
+    return "; ".join(found) or "no link errors"
 
 
 def _members_of(config: Mapping[str, Any]) -> list[str]:

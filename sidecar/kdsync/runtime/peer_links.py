@@ -1,17 +1,19 @@
 """The driver's frame port over the peer transport, following the group's membership.
 
 The transport starts with the members of the startup file. When the configuration in
-use changes (``FrameSender.follow_configuration``), a member added at runtime is dialled
-at the address its configuration entry carries, and accepted from then on; that happens
-before the driver sends it anything. Members that left are retired by the sidecar once
-their removal commits (until then the change may still be cut from the log).
+use changes (``FrameSender.follow_configuration``), or a recovering witness hears of one
+(``reach_members``), a member added at runtime is dialled at the address its
+configuration entry carries, and accepted from then on; that happens before the driver
+sends it anything. An address recorded in the log wins over the startup file's. Members
+that left are retired (``retire_departed``) once their removal commits: until then the
+change may still be cut from the log.
 """
 
 from __future__ import annotations
 
 import logging
 
-from kdsync.ordering import Configuration
+from kdsync.ordering import Configuration, OrderingNode, Role
 from kdsync.transport import PeerTransport
 
 log = logging.getLogger(__name__)
@@ -20,33 +22,63 @@ log = logging.getLogger(__name__)
 class PeerLinks:
     def __init__(self, transport: PeerTransport) -> None:
         self.transport = transport
+        self._known = set(transport.peers)  # a set: send looks here for every frame
         self._unreachable: set[str] = set()  # logged once each
+        self._dropped: set[str] = set()  # logged once each
 
     def send(self, peer: str, frame: bytes) -> bool:
-        if peer not in self.transport.peers:
-            return False  # a member with no address (logged by follow_configuration)
+        if peer not in self._known:
+            if peer not in self._dropped:
+                self._dropped.add(peer)
+                log.warning("no link to member %s (no address known): frames dropped", peer)
+            return False
         return self.transport.send(peer, frame)
 
     def follow_configuration(self, config: Configuration, index: int) -> None:
+        self.transport.membership_changed = index > 0
+        self._reach(config, index)
+
+    def reach_members(self, config: Configuration) -> None:
+        self._reach(config, None)
+
+    def _reach(self, config: Configuration, index: int | None) -> None:
         transport = self.transport
-        transport.membership_changed = index > 0
-        known = set(transport.peers)
         for member in config.members:
             if member == transport.member:
                 continue
             address = config.address_of(member)
             if address is None:
-                if member not in known and member not in self._unreachable:
+                if member not in self._known and member not in self._unreachable:
                     self._unreachable.add(member)
+                    where = f"log index {index}" if index is not None else "heard in recovery"
                     log.error(
-                        "member %s joined the group (log index %d) with no peer address, "
-                        "and this member's startup file does not name it: it cannot be "
-                        "reached; add members with kdsync members add, which records it",
+                        "member %s is in the group (%s) with no peer address, and this "
+                        "member's startup file does not name it: it cannot be reached; add "
+                        "members with kdsync members add, which records the address",
                         member,
-                        index,
+                        where,
                     )
                 continue
             try:
-                transport.add_peer(member, address)  # nothing when reached already
+                transport.add_peer(member, address)  # nothing when reached there already
             except ValueError as exc:
                 log.error("member %s's address %r cannot be used: %s", member, address, exc)
+                continue
+            self._known.add(member)
+            self._dropped.discard(member)
+
+    def retire_departed(self, node: OrderingNode) -> list[str]:
+        """Stop dialling the members outside the configuration in force, once it is
+        committed (the startup file may still name them); the members newly retired.
+        Not while a witness recovers: its configuration is the startup file's until the
+        answers are in, and the members they named are the ones it must reach."""
+        if node.role == Role.RECOVERING or node.config_index > node.status().commit_index:
+            return []
+        members = set(node.config.members)
+        gone = [
+            name
+            for name in self.transport.peers
+            if name not in members and self.transport.retire_peer(name)
+        ]
+        self._known.difference_update(gone)
+        return gone

@@ -73,6 +73,7 @@ class Sidecar:
         self.startup_error: str | None = None
         self.driver: MemberDriver | None = None
         self.transport: PeerTransport | None = None
+        self.peer_links: PeerLinks | None = None  # the driver's port over the transport
         self._cluster: MemberCluster | None = None
         self._stopping = asyncio.Event()
         self._sources_signalled = False
@@ -148,8 +149,9 @@ class Sidecar:
             incarnation=random.SystemRandom().getrandbits(62),
             recovered=recovered,
         )
-        if node.config_index and set(node.config.members) != {m.name for m in config.members}:
-            # Expected after `kdsync members remove`: the ledger's configuration wins.
+        in_force = node.config
+        if node.config_index and set(in_force.members) != {m.name for m in config.members}:
+            # Expected after `kdsync members remove|add`: the ledger's configuration wins.
             log.warning(
                 "the membership in force is %s (changed at log index %d, from this member's "
                 "ledger); the startup file lists %s, which no longer applies",
@@ -166,9 +168,10 @@ class Sidecar:
             delivery_port = KafkaDeliveryPort(self._cluster.writer, self.metrics)
             source_port = KafkaSourcePort(self._cluster.reader)
         ticks_per_second = 1000 / config.ordering.tick_ms
+        self.peer_links = PeerLinks(transport)
         driver = MemberDriver(
             node,
-            DriverPorts(log_port, delivery_port, source_port, PeerLinks(transport)),
+            DriverPorts(log_port, delivery_port, source_port, self.peer_links),
             DriverLimits(
                 halt_retry_ticks=max(1, round(2.0 * ticks_per_second)),
                 retry_ticks=(max(1, round(0.2 * ticks_per_second)), round(5 * ticks_per_second)),
@@ -400,14 +403,12 @@ class Sidecar:
         m.log_memory.set(node.log_memory_bytes())
         config = node.config
         m.group_members.set(len(config.members))
-        if self.transport is not None and node.config_index <= status.commit_index:
-            # A member whose removal committed is gone for good: stop dialling it (the
-            # startup file still names it) and drop its series.
-            for name in self.transport.peers:
-                if name not in config.members and self.transport.retire_peer(name):
-                    for gauge in (m.view_member, m.member_lag):
-                        with contextlib.suppress(KeyError):
-                            gauge.remove(name)
+        if self.peer_links is not None:
+            # A member whose removal committed is gone for good: drop its series too.
+            for name in self.peer_links.retire_departed(node):
+                for gauge in (m.view_member, m.member_lag):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(name)
         for member, entries in member_lag(driver).items():
             m.member_lag.labels(member).set(entries)
         if self.transport is not None:

@@ -435,6 +435,9 @@ class _SimFrames:
     def follow_configuration(self, config: Configuration, index: int) -> None:
         pass  # the simulated network links every pair of members, ever
 
+    def reach_members(self, config: Configuration) -> None:
+        pass
+
 
 def _offset(event: SourceEvent) -> int:
     return event.offset

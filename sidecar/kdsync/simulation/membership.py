@@ -148,4 +148,9 @@ def _proposal(step: MembershipStep, config: Configuration) -> Configuration | No
         return config.without(name) if name in config.members else None
     if name in config.members:
         return None
-    return config.with_learner(name) if step.kind == "add-data" else config.with_witness(name)
+    # An address as the product records one (the simulated network needs none): the
+    # configuration then crosses the wire and the ledger in its form with addresses.
+    address = f"{name}.sim:7400"
+    if step.kind == "add-data":
+        return config.with_learner(name, address)
+    return config.with_witness(name, address)

@@ -140,8 +140,9 @@ class PeerTransport(Protocol):
 
     def add_peer(self, peer: str, address: str) -> bool:
         """Reach ``peer`` at ``address`` from now on and accept its connections (a member
-        added at runtime; a retired one may come back). True when it was not a peer
-        (or was retired); raises ValueError for a bad name or address."""
+        added at runtime; a retired one may come back; a known one may have moved). True
+        unless it is reached at that address already; raises ValueError for a bad name
+        or address."""
         ...
 
     membership_changed: bool

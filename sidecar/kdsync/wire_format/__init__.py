@@ -40,7 +40,15 @@ Layout (all integers big-endian; ``i64`` signed, ``u32`` unsigned)::
                                     mark:i64 origin topic)[marks]
                          seqs:u32 (topic_len:u32 next_seq:i64 topic)[seqs]
 
-    entry   = index:i64 term:i64 has_batch:bool batch?
+    entry   = index:i64 term:i64 kind:u8 (0 no-op | 1 batch | 2 config | 3 config+addresses)
+              batch? config?
+    config  = voters:u16 witnesses:u16 learners:u16 (len:u16 name)[all three];
+              with addresses also count:u16 (len:u16 member len:u16 host:port)[count]
+
+    Append, RecoverReply and LedgerState may end with a configuration after a marker byte
+    (1 without addresses, 2 with): earlier releases end before it. A release that does
+    not know kind 3 or marker 2 (before runtime additions) refuses such a message or
+    record, so every member runs this release before a member is added.
     batch   = partition:i32 start:i64 end:i64 opens:bool events:u32
               origin_len:u32 topic_len:u32 origin topic event[events]
     event   = offset:i64 timestamp_ms:i64 key_len:i32 value_len:i32 headers:u32

@@ -325,12 +325,14 @@ def test_a_witness_killed_while_it_joins_comes_back_and_the_group_never_stops(
     bootstrap: dict[str, str],
     source_topic: str,
 ) -> None:
-    """Three data members gain a witness under traffic. The witness is SIGKILLed as soon
-    as the change is in the leader's log, while ``kdsync members add`` still waits for
-    it: the group (3 of 4 voters up) goes on ordering meanwhile, the witness restarted
-    from nothing recovers from the others and follows, and the command completes. Every
-    event ends once, in one order, in all three T-globals."""
-    group = sidecar_group("members-join-kill", bootstrap, source_topic)
+    """Three data members and a witness x gain a second witness w under traffic. w is
+    SIGKILLed as soon as the change is in the members' logs, while ``kdsync members add``
+    still waits for it: the group goes on ordering meanwhile, w restarted from nothing
+    recovers from the others and follows, and the command completes. Then x, whose
+    startup file predates w, restarts: it must reach w (named only by the others'
+    answers, with its address) to recover. Every event ends once, in one order, in all
+    three T-globals."""
+    group = sidecar_group("members-join-kill", bootstrap, source_topic, witnesses=["x"])
     global_topic, watch = start_watched(group, bootstrap, source_topic)
     members = list(bootstrap)
     traffic = Traffic(bootstrap, source_topic, RATE).start()
@@ -352,7 +354,7 @@ def test_a_witness_killed_while_it_joins_comes_back_and_the_group_never_stops(
                 names=members,
             )
             group.kill("w")
-            _expect_growth(group, watch, members)  # 3 of 4 voters: still a majority
+            _expect_growth(group, watch, members)  # 4 of 5 voters up
             group.start_member("w")
             output, _ = cli.communicate(timeout=240)  # the command has its own deadline
         finally:
@@ -361,10 +363,24 @@ def test_a_witness_killed_while_it_joins_comes_back_and_the_group_never_stops(
         assert cli.returncode == 0, output
         assert "w follows the group" in output, output
         _expect_growth(group, watch, members)
+
+        group.stop("x")
+        group.start_member("x")
+        group.wait_until(
+            "the restarted x to recover, w included, and follow",
+            lambda s: (
+                s.get("role") == "follower"
+                and "w" in (s.get("configuration") or {}).get("voters", [])
+            ),
+            60,
+            names=["x"],
+        )
+        _expect_growth(group, watch, members)
     finally:
         produced = traffic.stop()
     for member in members:
         config = _configuration(group, member)
-        assert config["voters"] == [*members, "w"] and config["committed"] is True, config
+        assert config["voters"] == [*members, "x", "w"], config
+        assert config["committed"] is True, config
     verify_group(group, bootstrap, source_topic, global_topic, produced, replicas=members)
     watch.close()

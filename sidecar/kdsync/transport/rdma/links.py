@@ -369,6 +369,7 @@ class _Sender:
                 link.post_send(*message)
             if outgoing.pending_bytes:
                 if outgoing.credits <= 0:
-                    self._credit_waits[peer.name] += 1
+                    # get: a peer added at runtime has no entry yet
+                    self._credit_waits[peer.name] = self._credit_waits.get(peer.name, 0) + 1
                 self._can_send.clear()
                 await self._can_send.wait()

@@ -256,22 +256,29 @@ class TcpTransport:
 
     def add_peer(self, peer: str, address: str) -> bool:
         state = self._peers.get(peer)
-        if peer == self.config.member or (state is not None and not state.retired):
+        if peer == self.config.member or (
+            state is not None and not state.retired and state.address == address
+        ):
             return False
         validate_member_name(peer)
         if state is None:
             state = self._new_peer(peer, address)  # raises ValueError for a bad address
             self._peers[peer] = state
+            why = "it joined the group"
         else:
-            # Retired and back: the same bookkeeping, so a link it kept stays counted.
-            state.host, state.port = parse_address(address)
-            state.address = address
+            # Back from retirement, or at another address than the startup file's (the
+            # log's wins): the same bookkeeping, so a link it kept stays counted.
+            host, port = parse_address(address)
+            why = "it joined the group again" if state.retired else f"not {state.address}"
+            if state.dial_task is not None:
+                state.dial_task.cancel()  # dialling the old address
+            state.host, state.port, state.address = host, port, address
             state.retired = False
             state.status = LinkStatus.CONNECTING
             state.backoff.reset()
         if self._started and not self._closing:
             state.dial_task = self._spawn(self._dial_loop(state), f"kdsync-dial-{peer}")
-        logger.info("reaching member %s at %s: it joined the group", peer, address)
+        logger.info("reaching member %s at %s: %s", peer, address, why)
         return True
 
     async def close(self) -> None:

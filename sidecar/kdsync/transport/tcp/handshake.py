@@ -17,7 +17,8 @@ message naming what differs (``PeerConfigMismatch``). Once either side's members
 from its log (``"membershipChanged": true``: it was changed at runtime), the startup
 files' member lists no longer decide who belongs, so they are not compared: a member
 added since, or one whose file still names a removed member, is welcome; the log and the
-transport's peer list (who may connect at all) decide.
+transport's peer list (who may connect at all) decide. The role of each member both
+lists name (witness or data member) is still compared: only the files say it.
 
 A dialer that can move frames over RDMA says so in its hello (``"rdma": true``); a
 listener that can too answers the same in its welcome, and the link's frames then go
@@ -94,12 +95,15 @@ def _disagreement(
     theirs = message.get("agreement")
     if not ours or not isinstance(theirs, dict):
         return None
-    skipped = {_MEMBERS_KEY} if membership_changed or message.get("membershipChanged") else set()
+    changed = membership_changed or bool(message.get("membershipChanged"))
+    skipped = {_MEMBERS_KEY} if changed else set()
     differences = [
         f"{key}: {json.dumps(ours.get(key))} here, {json.dumps(theirs.get(key))} at {peer}"
         for key in sorted((set(ours) | set(theirs)) - skipped)
         if json.loads(json.dumps(ours.get(key))) != theirs.get(key)
     ]
+    if changed:
+        differences += _role_differences(ours.get(_MEMBERS_KEY), theirs.get(_MEMBERS_KEY), peer)
     if not differences:
         return None
     return (
@@ -107,6 +111,33 @@ def _disagreement(
         + "; ".join(differences)
         + "); every member needs the same members and topics settings"
     )
+
+
+def _role_differences(ours: object, theirs: object, peer: str) -> list[str]:
+    """Members both lists name with a different role (witness or data member). The log
+    never says which a member is, its own file does: a member restarted as the other
+    kind would keep nothing durable where the group counts on it, or vote afresh."""
+    mine, yours = _roles(ours), _roles(theirs)
+    return [
+        f"members: {name} is a {_kind(mine[name])} here, a {_kind(yours[name])} at {peer}"
+        for name in sorted(mine.keys() & yours.keys())
+        if mine[name] != yours[name]
+    ]
+
+
+def _roles(members: object) -> dict[str, bool]:
+    """{name: witness} from an agreement's members list ([[name, witness], ...])."""
+    if not isinstance(members, list):
+        return {}
+    return {
+        entry[0]: bool(entry[1])
+        for entry in members
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+    }
+
+
+def _kind(witness: bool) -> str:
+    return "witness" if witness else "data member"
 
 
 def _parse_handshake(frame: bytes, kind: str, group: str) -> str:
