@@ -46,6 +46,7 @@ class FakeTransport:
     membership_changed: bool = False
     added: list[tuple[str, str]] = field(default_factory=list)
     sent: list[tuple[str, bytes]] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
 
     @property
     def peers(self) -> tuple[str, ...]:
@@ -64,6 +65,12 @@ class FakeTransport:
         parse_address(address)
         self.added.append((peer, address))
         self.known[peer] = address
+        return True
+
+    def retire_peer(self, peer: str) -> bool:
+        if peer not in self.known or peer in self.retired:
+            return False
+        self.retired.append(peer)
         return True
 
 
@@ -349,3 +356,38 @@ def test_a_restarting_witness_reaches_a_member_added_since_before_asking_it() ->
     links.reach_members(grown)
     assert transport.added == [("w", W_ADDRESS)]
     assert links.send("w", b"ask")
+
+
+@dataclass
+class _Status:
+    commit_index: int
+
+
+@dataclass
+class _Node:
+    """What ``retire_departed`` reads of an OrderingNode."""
+
+    role: Role
+    config: Configuration
+    config_index: int
+    commit_index: int
+
+    def status(self) -> _Status:
+        return _Status(self.commit_index)
+
+
+def test_members_that_left_are_retired_once_their_removal_commits_not_before() -> None:
+    links, transport = _links("a", "b", "c")
+    without_c = Configuration(("a", "b", "w"), frozenset({"w"}), addresses=(("w", W_ADDRESS),))
+    links.follow_configuration(without_c, 8)
+
+    def retire(role: Role, commit_index: int) -> list[str]:
+        node = _Node(role, without_c, 8, commit_index)
+        return links.retire_departed(cast(OrderingNode, node))
+
+    assert retire(Role.FOLLOWER, 7) == [], "not committed: the change may still be cut"
+    assert retire(Role.RECOVERING, 9) == [], "a recovering witness keeps whom it must ask"
+    assert retire(Role.FOLLOWER, 9) == ["c"]
+    assert transport.retired == ["c"] and "w" not in transport.retired
+    assert links.send("c", b"late") is False
+    assert retire(Role.LEADER, 10) == [], "once only"
