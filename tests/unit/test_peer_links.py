@@ -55,6 +55,8 @@ class FakeTransport:
     def send(self, peer: str, frame: bytes) -> bool:
         if peer not in self.known:
             raise ValueError(f"{peer!r} is not another member of the group")
+        if peer in self.retired:
+            return False
         self.sent.append((peer, frame))
         return True
 
@@ -376,7 +378,9 @@ class _Node:
         return _Status(self.commit_index)
 
 
-def test_members_that_left_are_retired_once_their_removal_commits_not_before() -> None:
+def test_members_that_left_are_retired_once_their_removal_commits_not_before(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     links, transport = _links("a", "b", "c")
     without_c = Configuration(("a", "b", "w"), frozenset({"w"}), addresses=(("w", W_ADDRESS),))
     links.follow_configuration(without_c, 8)
@@ -390,4 +394,5 @@ def test_members_that_left_are_retired_once_their_removal_commits_not_before() -
     assert retire(Role.FOLLOWER, 9) == ["c"]
     assert transport.retired == ["c"] and "w" not in transport.retired
     assert links.send("c", b"late") is False
+    assert not [r for r in caplog.records if "member c" in r.getMessage()], "retired: quiet"
     assert retire(Role.LEADER, 10) == [], "once only"

@@ -75,10 +75,10 @@ class PeerLinks:
         if node.role == Role.RECOVERING or node.config_index > node.status().commit_index:
             return []
         members = set(node.config.members)
-        gone = [
+        # They stay known: frames a removed member still draws (refused votes) are
+        # dropped by the transport without a word, as for any retired peer.
+        return [
             name
             for name in self.transport.peers
             if name not in members and self.transport.retire_peer(name)
         ]
-        self._known.difference_update(gone)
-        return gone

@@ -222,24 +222,28 @@ def _run_watching(
     member: str,
     *options: str,
 ) -> tuple[str, float]:
-    """Run ``kdsync members action args`` while following the staying members'
-    T-globals; returns the command's output and the longest time any staying member
-    went without a new event meanwhile."""
-    # Counted before the command starts (reading a T-global takes a while), and once
-    # more after it ends, so that the whole change is inside the measurement.
-    last_growth = {m: (time.monotonic(), watch.count(m)) for m in staying}
+    """Run ``kdsync members action member`` while following what the staying members
+    deliver (``eventsOut`` in their /status, cheap to ask, unlike reading their
+    T-globals, which falls seconds behind when the reader has a backlog); returns the
+    command's output and the longest time any staying member delivered nothing."""
+
+    def delivered(m: str) -> int:
+        return int((group.status(m) or {}).get("eventsOut", 0))
+
+    last_growth = {m: (time.monotonic(), delivered(m)) for m in staying}
     # Options after the addresses: argparse takes positionals in one go.
     cli = _members_cli(group, action, member, options=[*options, "--timeout", "120"])
     longest = 0.0
     done = False
-    while not done:  # polls Kafka until the command returns (it has a deadline)
+    while not done:  # asks until the command returns (it has a deadline)
         done = cli.poll() is not None
         for m in staying:
-            now, count = time.monotonic(), watch.count(m)
+            now, count = time.monotonic(), delivered(m)
             at, before = last_growth[m]
             longest = max(longest, now - at)
             if count > before:
                 last_growth[m] = (now, count)
+        time.sleep(0.05)  # the sampling interval, not a wait for a condition
     output = cli.stdout.read() if cli.stdout else ""
     assert cli.returncode == 0, output
     return output, longest
