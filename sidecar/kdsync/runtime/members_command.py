@@ -159,9 +159,7 @@ def add(
             "is a witness, pass --witness"
         )
     deadline = clock() + timeout
-    view = look(urls)
-    if member not in view.statuses:
-        view = _answered_by(member, urls, view, deadline, out, clock, sleep)
+    view = _answered_by(member, urls, look(urls), deadline, out, clock, sleep)
     status = view.statuses.get(member)
     if status is None:
         asked = "did not answer" if view.unreachable else "is not among the sidecars given"

@@ -149,8 +149,7 @@ class Sidecar:
             incarnation=random.SystemRandom().getrandbits(62),
             recovered=recovered,
         )
-        in_force = node.config
-        if node.config_index and set(in_force.members) != {m.name for m in config.members}:
+        if node.config_index and set(node.config.members) != {m.name for m in config.members}:
             # Expected after `kdsync members remove|add`: the ledger's configuration wins.
             log.warning(
                 "the membership in force is %s (changed at log index %d, from this member's "

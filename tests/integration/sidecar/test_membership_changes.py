@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -47,12 +47,6 @@ def _members_cli(
     )
 
 
-def _remove_watching(
-    group: LocalSidecarGroup, watch: GlobalWatch, staying: Sequence[str], member: str
-) -> tuple[str, float]:
-    return _run_watching(group, watch, staying, "remove", member)
-
-
 def _configuration(group: LocalSidecarGroup, member: str) -> dict[str, object]:
     status = group.status(member) or {}
     config = status.get("configuration")
@@ -80,17 +74,12 @@ def test_remove_the_leader_then_the_witness_under_traffic(
     traffic = Traffic({m: bootstrap[m] for m in staying}, source_topic, RATE).start()
     pauses: dict[str, float] = {}
     try:
-        wait_for(
-            "traffic to flow everywhere",
-            lambda: all(watch.count(m) >= GROWTH for m in bootstrap),
-            60,
-            lambda: brief_status(group),
-        )
+        _await_traffic(group, watch, bootstrap)
         # The region to retire stops producing first; the command waits until every
         # event its sidecar read is in the order, so none of them is left behind.
         leaving_traffic.stop()
-        output, pauses[f"remove {leader} (the leader)"] = _remove_watching(
-            group, watch, staying, leader
+        output, pauses[f"remove {leader} (the leader)"] = _run_measuring_pauses(
+            group, staying, "remove", leader
         )
         assert f"{leader} is out of the group" in output, output
         group.stop(leader)
@@ -103,7 +92,9 @@ def test_remove_the_leader_then_the_witness_under_traffic(
             names=[*staying, "w"],
         )
 
-        output, pauses["remove w (the witness)"] = _remove_watching(group, watch, staying, "w")
+        output, pauses["remove w (the witness)"] = _run_measuring_pauses(
+            group, staying, "remove", "w"
+        )
         assert "w is out of the group" in output, output
         group.stop("w")
         _expect_growth(group, watch, staying)
@@ -136,6 +127,15 @@ def test_remove_the_leader_then_the_witness_under_traffic(
     watch.close()
     (tmp_path / "membership-pauses.json").write_text(json.dumps(pauses))
     print(f"longest gap in delivery at a staying member, by change: {json.dumps(pauses)}")
+
+
+def _await_traffic(group: LocalSidecarGroup, watch: GlobalWatch, members: Iterable[str]) -> None:
+    wait_for(
+        "traffic to flow everywhere",
+        lambda: all(watch.count(m) >= GROWTH for m in members),
+        60,
+        lambda: brief_status(group),
+    )
 
 
 def _expect_growth(group: LocalSidecarGroup, watch: GlobalWatch, staying: Sequence[str]) -> None:
@@ -214,9 +214,8 @@ def test_members_remove_refuses_what_would_break_the_group(
     assert "m1, m2, w (witness)" in output, output
 
 
-def _run_watching(
+def _run_measuring_pauses(
     group: LocalSidecarGroup,
-    watch: GlobalWatch,
     staying: Sequence[str],
     action: str,
     member: str,
@@ -268,16 +267,11 @@ def test_two_regions_gain_a_witness_that_keeps_one_ordering_while_the_other_is_d
     traffic = Traffic(data, source_topic, RATE).start()
     pauses: dict[str, float] = {}
     try:
-        wait_for(
-            "traffic to flow everywhere",
-            lambda: all(watch.count(m) >= GROWTH for m in regions),
-            60,
-            lambda: brief_status(group),
-        )
+        _await_traffic(group, watch, regions)
         group.add_witness("w")
         group.start_member("w")
-        output, pauses["add w (a witness)"] = _run_watching(
-            group, watch, regions, "add", "w", "--witness"
+        output, pauses["add w (a witness)"] = _run_measuring_pauses(
+            group, regions, "add", "w", "--witness"
         )
         assert "w is in the group" in output and "w follows the group" in output, output
         for member in regions:
@@ -307,8 +301,8 @@ def test_two_regions_gain_a_witness_that_keeps_one_ordering_while_the_other_is_d
         )
         _expect_growth(group, watch, regions)
 
-        output, pauses["remove w (the witness)"] = _run_watching(
-            group, watch, regions, "remove", "w"
+        output, pauses["remove w (the witness)"] = _run_measuring_pauses(
+            group, regions, "remove", "w"
         )
         assert "w is out of the group" in output, output
         group.stop("w")
@@ -341,12 +335,7 @@ def test_a_witness_killed_while_it_joins_comes_back_and_the_group_never_stops(
     members = list(bootstrap)
     traffic = Traffic(bootstrap, source_topic, RATE).start()
     try:
-        wait_for(
-            "traffic to flow everywhere",
-            lambda: all(watch.count(m) >= GROWTH for m in members),
-            60,
-            lambda: brief_status(group),
-        )
+        _await_traffic(group, watch, members)
         group.add_witness("w")
         group.start_member("w")
         cli = _members_cli(group, "add", "w", options=["--witness", "--timeout", "180"])
