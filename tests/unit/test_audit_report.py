@@ -35,7 +35,9 @@ def test_a_clean_report_has_exactly_the_contract_keys() -> None:
         "summary",
         "startedAt",
         "finishedAt",
+        "membership",  # added in version 1: which members were checked (docs/audit.md)
     ]
+    assert data["membership"] is None  # built without one: no membership was planned
     assert data["version"] == 1 and data["passed"] is True
     assert data["checked"] == {"fromSeq": 0, "toSeq": 9, "events": 10}
     assert set(VIOLATION_KINDS) <= set(data["counts"])

@@ -27,6 +27,7 @@ from pyspark.errors.exceptions.captured import CapturedException
 from kdsync.audit.configmap import ConfigMapError, ReportConfigMap
 from kdsync.audit.job import AuditOptions, run_audit
 from kdsync.audit.kafka_options import KafkaOptionsError, java_kafka_options
+from kdsync.audit.membership import MembershipProblem
 from kdsync.audit.positions import DEFAULT_KAFKA_TIMEOUT, KafkaUnreachable, plan_audit
 from kdsync.audit.report import DEFAULT_VIOLATION_CAP, Report
 from kdsync.audit.session import SparkSetupError, audit_session
@@ -275,7 +276,13 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             write_text_atomically(args.state, state_json)
         if configmap is not None:
             configmap.write(report_json, state_json)
-    except (StateError, KafkaUnreachable, SparkSetupError, ConfigMapError) as error:
+    except (
+        StateError,
+        KafkaUnreachable,
+        MembershipProblem,
+        SparkSetupError,
+        ConfigMapError,
+    ) as error:
         raise CannotRun(str(error)) from None
     except KafkaOptionsError as error:  # a certificate file changed since check_kafka_options
         raise CannotRun(f"Kafka properties for Spark's Kafka client: {error}") from None

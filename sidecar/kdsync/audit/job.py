@@ -22,6 +22,7 @@ from kdsync.audit.report import (
     UNVERIFIED,
     Checked,
     Report,
+    ReportMembership,
     Violation,
     build_report,
 )
@@ -148,6 +149,17 @@ def _next_state(
     return AuditState(group=plan.group, topics=topics)
 
 
+def _membership(plan: AuditPlan) -> ReportMembership:
+    membership = plan.membership
+    return ReportMembership(
+        checked=list(plan.data_members),
+        departed=list(plan.departed),
+        not_read=list(plan.unread),
+        config_index=0 if membership is None else membership.config_index,
+        source=None if membership is None else membership.source,
+    )
+
+
 def run_audit(
     spark: SparkSession,
     plan: AuditPlan,
@@ -199,6 +211,8 @@ def run_audit(
                 for part in rng.expected
             },
             audited_ends=_audited_ends(plan, state) if options.from_seq is None else {},
+            departed=plan.departed,
+            unread=plan.unread,
         )
         with _phase("seq counts per member"):
             counts = collect_seq_counts(in_range(events, bounds_frame(spark, bounds)), facts)
@@ -231,6 +245,7 @@ def run_audit(
             lag=lag,
             violations=violations,
             members=len(plan.data_members),
+            membership=_membership(plan),
             started_at=started,
             finished_at=clock(),
         )

@@ -7,10 +7,15 @@ topics, so every event below a committed offset was delivered before the snapsho
 ``T-global`` was taken (the sidecar commits source offsets in its delivery transaction).
 Ends are last stable offsets (read_committed): open transactions are not part of the
 snapshot. This is also where an unreachable cluster is found, with a clear message.
+
+The members whose ``T-global`` is read are the members in force, from the ledgers
+(``kdsync.audit.membership``); a member that left is read as an origin only, and not at
+all once its cluster is gone.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,10 +23,20 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kdsync import naming
+from kdsync.audit.membership import AuditMembership, membership_in_force
 from kdsync.audit.state import AuditState
 from kdsync.config import MemberConfig, SidecarConfig
+from kdsync.kafka.errors import KafkaUnavailable
+from kdsync.kafka.ledger_reader import read_latest_ledger
+from kdsync.kafka.partition_reader import reading_consumer
+from kdsync.ordering import LedgerState
 
 DEFAULT_KAFKA_TIMEOUT = 15.0
+# librdkafka's own lines (a refused connection every 50 ms) go here, shown with -v only:
+# the error the planning raises already names the member, its servers and the fix, and
+# a departed member's cluster being gone is no error at all.
+_CLIENT_LOG = logging.getLogger("kdsync.audit.kafka")
+_CLIENT_LOG.addHandler(logging.NullHandler())
 
 
 class KafkaUnreachable(RuntimeError):
@@ -69,8 +84,16 @@ class TopicPlan:
 @dataclass(frozen=True)
 class AuditPlan:
     group: str
+    # The data members in force, whose T-global is read and checked.
     data_members: tuple[str, ...]
     topics: tuple[TopicPlan, ...]
+    membership: AuditMembership | None = None
+    # Members that left whose cluster did not answer: their origin topics are not read.
+    unread: tuple[str, ...] = ()
+
+    @property
+    def departed(self) -> tuple[str, ...]:
+        return () if self.membership is None else self.membership.departed
 
 
 class _MemberClient:
@@ -78,6 +101,7 @@ class _MemberClient:
 
     def __init__(self, group: str, member: MemberConfig, timeout: float) -> None:
         assert member.kafka is not None
+        self.group = group
         self.name = member.name
         self.bootstrap = member.kafka.bootstrap_servers
         self.properties = dict(member.kafka.properties)
@@ -91,7 +115,8 @@ class _MemberClient:
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
                 "socket.timeout.ms": int(timeout * 1000),
-            }
+            },
+            logger=_CLIENT_LOG,
         )
 
     def _fail(self, what: str, error: BaseException) -> KafkaUnreachable:
@@ -137,6 +162,27 @@ class _MemberClient:
             raise self._fail(f"read committed offsets of {topic}", error) from None
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
 
+    def ledger(self, listing: Mapping[str, list[int]]) -> LedgerState | None:
+        """The member's latest delivery ledger (None before its first delivery)."""
+        topic = naming.ledger_topic(self.group)
+        if topic not in listing:
+            return None
+        consumer = reading_consumer(
+            self.properties | {"bootstrap.servers": self.bootstrap},
+            f"kdsync-audit-{uuid.uuid4().hex[:8]}",
+            committed_only=True,
+        )
+        try:
+            return read_latest_ledger(consumer, topic, self.timeout)
+        except KafkaUnavailable as error:
+            raise KafkaUnreachable(
+                f"member {self.name}: cannot read the group's ledger {topic} from Kafka at "
+                f"{self.bootstrap} ({error}); the audit reads it to learn which members are "
+                "in force: allow the audit's principal to read (Describe, Read) that topic"
+            ) from None
+        finally:
+            consumer.close()
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -156,10 +202,26 @@ def plan_audit(
     *,
     timeout: float = DEFAULT_KAFKA_TIMEOUT,
 ) -> AuditPlan:
-    """Plan the ranges to read from every data member; ``KafkaUnreachable`` if one is down."""
+    """Plan the ranges to read from every data member in force (and every member that
+    left, as an origin, while its cluster answers); ``KafkaUnreachable`` if a member in
+    force is down, ``MembershipProblem`` if the ledgers name a member the file lacks."""
     clients = [_MemberClient(config.group, m, timeout) for m in config.data_members]
     try:
-        listings = {client.name: client.topics() for client in clients}
+        listings: dict[str, dict[str, list[int]]] = {}
+        down: dict[str, KafkaUnreachable] = {}
+        for client in clients:
+            try:
+                listings[client.name] = client.topics()
+            except KafkaUnreachable as error:
+                down[client.name] = error
+        ledgers = {c.name: c.ledger(listings[c.name]) for c in clients if c.name in listings}
+        membership = membership_in_force([c.name for c in clients], ledgers)
+        for name in membership.checked:
+            if name in down:
+                raise down[name]
+        # Members that left are origins while their cluster answers; the rest are checked.
+        origin_clients = [c for c in clients if c.name in listings]
+        global_clients = [c for c in origin_clients if c.name in membership.checked]
         topics = _selected_topics(config, listings.values())
         plans: list[TopicPlan] = []
         for topic in topics:
@@ -168,7 +230,7 @@ def plan_audit(
             committed: dict[str, dict[int, int | None]] = {}
             origins: list[TopicRange] = []
             # 1. origins: committed source offsets first, then their visible ends.
-            for client in clients:
+            for client in origin_clients:
                 partitions = listings[client.name].get(topic)
                 if partitions is None:
                     continue
@@ -199,9 +261,9 @@ def plan_audit(
                         expected,
                     )
                 )
-            # 2. then every member's T-global.
+            # 2. then the T-global of every member in force.
             globals_: list[TopicRange] = []
-            for client in clients:
+            for client in global_clients:
                 partitions = listings[client.name].get(global_name)
                 if partitions is None:
                     continue
@@ -227,8 +289,10 @@ def plan_audit(
             plans.append(TopicPlan(topic, global_name, tuple(globals_), tuple(origins), committed))
         return AuditPlan(
             group=config.group,
-            data_members=tuple(m.name for m in config.data_members),
+            data_members=membership.checked,
             topics=tuple(plans),
+            membership=membership,
+            unread=tuple(m for m in membership.departed if m not in listings),
         )
     finally:
         for client in clients:

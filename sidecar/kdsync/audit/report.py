@@ -61,6 +61,19 @@ class Violation(_Model):
     detail: str
 
 
+class ReportMembership(_Model):
+    """Whose ``T-global`` was checked: the data members in force, from the ledger of
+    ``source`` (None: no membership change, the config file's members) at log index
+    ``config_index``; ``departed`` left the group and were read as origins only, or not at
+    all (``not_read``: their cluster did not answer)."""
+
+    checked: list[str]
+    departed: list[str] = Field(default_factory=list)
+    not_read: list[str] = Field(default_factory=list)
+    config_index: int = 0
+    source: str | None = None
+
+
 class Report(_Model):
     """The outcome of one audit run."""
 
@@ -75,6 +88,7 @@ class Report(_Model):
     summary: str
     started_at: str
     finished_at: str
+    membership: ReportMembership | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2) + "\n"
@@ -91,6 +105,7 @@ def summarize(
     counts: dict[str, int],
     lag: dict[str, int],
     members: int,
+    membership: ReportMembership | None = None,
 ) -> str:
     """One line for humans (and the KdsyncGroup status)."""
     total = sum(counts.get(kind, 0) for kind in VIOLATION_KINDS)
@@ -100,6 +115,11 @@ def summarize(
         span = f"seqs {checked.from_seq}..{checked.to_seq} ({checked.events} events)"
     lagging = ", ".join(f"{member} {behind} behind" for member, behind in lag.items() if behind)
     behind = f"; lag: {lagging}" if lagging else ""
+    if membership is not None and membership.departed:
+        left = ", ".join(
+            f"{m} (not read)" if m in membership.not_read else m for m in membership.departed
+        )
+        behind += f"; left the group: {left}"
     if total == 0:
         return f"PASS group {group}: {span} consistent across {members} member(s){behind}"
     found = ", ".join(
@@ -118,6 +138,7 @@ def build_report(
     members: int,
     started_at: datetime,
     finished_at: datetime,
+    membership: ReportMembership | None = None,
 ) -> Report:
     """The report: ``counts`` has every kind (0 when absent); ``violations`` is capped."""
     full_counts = {kind: counts.get(kind, 0) for kind in (*VIOLATION_KINDS, UNVERIFIED)}
@@ -130,7 +151,8 @@ def build_report(
         lag=dict(lag),
         violations_total=total,
         violations=violations,
-        summary=summarize(group, checked, full_counts, lag, members),
+        summary=summarize(group, checked, full_counts, lag, members, membership),
         started_at=rfc3339(started_at),
         finished_at=rfc3339(finished_at),
+        membership=membership,
     )

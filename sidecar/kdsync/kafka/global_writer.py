@@ -35,20 +35,18 @@ from kdsync.kafka.errors import (
     ProducerFenced,
     RecordTooLarge,
 )
-from kdsync.kafka.partition_reader import read_to_end, reading_consumer, watermarks
+from kdsync.kafka.ledger_reader import LEDGER_KEY, read_latest_ledger
+from kdsync.kafka.partition_reader import reading_consumer, watermarks
 from kdsync.kafka.produce_pacing import PACED_PRODUCER, fixed_record_bytes, must_flush
 from kdsync.ordering import Delivery, LedgerState
 from kdsync.ordering.events import Header, header_bytes
 from kdsync.record_format import global_headers, global_partition, origin_headers
-from kdsync.wire_format.records import decode_ledger_state, encode_ledger_state
+from kdsync.wire_format.records import encode_ledger_state
 
 log = logging.getLogger(__name__)
 
-LEDGER_KEY = b"ledger"
 # How often a T-global's end offsets are compared with the ledger (see _check_history).
 _HISTORY_CHECK_SECONDS = 5.0
-# The ledger is small; reading the last few records of its topic finds the latest one.
-_LEDGER_TAIL = 64
 # How long a commit under way is waited on (a broker restart takes seconds to tens of
 # seconds); as long as an ordering-log write may stay unacknowledged before the member
 # stops anyway.
@@ -124,19 +122,7 @@ class GlobalWriter:
             committed_only=True,
         )
         try:
-            low, high = watermarks(consumer, self._ledger_topic, 0, self._timeout)
-            tail = _LEDGER_TAIL
-            while True:
-                start = max(low, high - tail)
-                latest: bytes | None = None
-                for message in read_to_end(consumer, self._ledger_topic, 0, start):
-                    if message.key() == LEDGER_KEY and message.value() is not None:
-                        latest = message.value()
-                if latest is not None:
-                    return decode_ledger_state(latest)
-                if start <= low:
-                    return LedgerState()
-                tail *= 8
+            return read_latest_ledger(consumer, self._ledger_topic, self._timeout) or LedgerState()
         finally:
             consumer.close()
 

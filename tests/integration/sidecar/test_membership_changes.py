@@ -2,7 +2,8 @@
 the leader first, then the witness, under traffic, on real brokers. The members that
 stay keep ordering and end with identical, complete ``T-global``s, the removed leader's
 events included; a member restarted afterwards takes the new membership from its
-ledger, not from its startup file. Adding a witness: a two-region group gains one at
+ledger, not from its startup file, and the Spark audit checks the members in force.
+Adding a witness: a two-region group gains one at
 runtime, and keeps ordering with either region down."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kdsync.audit.command import main as audit_main
 from kdsync.local_group import LocalSidecarGroup
 from tests.integration.sidecar.harness import (
     GlobalWatch,
@@ -125,6 +127,19 @@ def test_remove_the_leader_then_the_witness_under_traffic(
     # members' T-global exactly once and in one order.
     verify_group(group, bootstrap, source_topic, global_topic, produced, replicas=staying)
     watch.close()
+    # The Spark audit, from a staying member's file (which still names the removed
+    # leader): it checks the two in force, from their ledgers, and the leader's events
+    # against its source topic; it does not call the leader's T-global behind.
+    report_path = tmp_path / "audit.json"
+    config = str(group.members[staying[0]].config_path)
+    status = audit_main(["--config", config, "--report", str(report_path)])
+    report = json.loads(report_path.read_text())
+    assert status == 0, report["violations"]
+    assert report["membership"]["checked"] == staying, report["membership"]
+    assert report["membership"]["departed"] == [leader], report["membership"]
+    assert sorted(report["lag"]) == sorted(staying), report["lag"]
+    assert report["counts"]["unverified"] == 0, report["counts"]
+    assert report["checked"]["events"] >= sum(produced.values()), report["checked"]
     (tmp_path / "membership-pauses.json").write_text(json.dumps(pauses))
     print(f"longest gap in delivery at a staying member, by change: {json.dumps(pauses)}")
 

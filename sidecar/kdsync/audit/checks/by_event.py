@@ -237,13 +237,19 @@ def _unfaithful(a: _CopyArrays) -> Column:
     )
 
 
+def _names(names: Sequence[str]) -> Column:
+    """An array literal of member names (typed, also when empty)."""
+    return F.array(*[F.lit(n) for n in names]).cast("array<string>")
+
+
 def _orphans(a: _CopyArrays, facts: Facts) -> Column:
     """Copies without an origin record: re-delivered, unverifiable, or foreign."""
     key = _partition_key()
     start = F.try_element_at(_partition_map(facts.origin_starts), key)
     audited_end = F.try_element_at(_partition_map(facts.audited_ends), key)
-    members = F.array(*[F.lit(m) for m in facts.members]) if facts.members else F.array()
-    known_origin = F.array_contains(members, F.col("origin"))
+    origins = (*facts.members, *facts.departed)
+    known_origin = F.array_contains(_names(origins), F.col("origin"))
+    unread_origin = F.array_contains(_names(facts.unread), F.col("origin"))
 
     def classified(c: Column) -> Column:
         same_topic = c["topic"].isNull()
@@ -286,6 +292,20 @@ def _orphans(a: _CopyArrays, facts: Facts) -> Column:
                     F.concat(F.lit("event "), event_text(), F.lit(" is below the origin window")),
                 ),
             )
+            .when(
+                unread_origin & same_topic,
+                _violation(
+                    UNVERIFIED,
+                    _copy_topic(c),
+                    c["seq"],
+                    c["member"],
+                    F.concat(
+                        F.lit("event "),
+                        event_text(),
+                        F.lit(" comes from a member that left the group; its topic was not read"),
+                    ),
+                ),
+            )
             .otherwise(
                 _violation(
                     FOREIGN,
@@ -319,7 +339,7 @@ def _missing(a: _CopyArrays, facts: Facts) -> Column:
             ((member == F.col("origin")) & below_commit) | reached
         )
 
-    members = F.array(*[F.lit(m) for m in facts.members]) if facts.members else F.array()
+    members = _names(facts.members)
     absent = F.when(F.col("o_present"), F.filter(members, expected)).otherwise(
         F.array().cast("array<string>")
     )

@@ -55,7 +55,10 @@ class Facts:
       (or its visible end without one): events below it must be in the origin's T-global;
     - ``audited_ends[(origin, topic, partition)]``: from the last clean run's state, the
       first origin offset not yet replicated below this run's range: an event from below
-      it that shows up again in the range was delivered twice (or out of order).
+      it that shows up again in the range was delivered twice (or out of order);
+    - ``departed``: data members that left the group: origins whose ``T-global`` is not
+      checked; ``unread``: those of them whose topic could not be read (their cluster is
+      gone), so their events cannot be verified.
     """
 
     members: tuple[str, ...]
@@ -64,6 +67,8 @@ class Facts:
     origin_starts: Mapping[OriginPartition, int]
     committed_ends: Mapping[OriginPartition, int]
     audited_ends: Mapping[OriginPartition, int] = field(default_factory=dict)
+    departed: tuple[str, ...] = ()
+    unread: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
