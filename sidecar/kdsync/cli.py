@@ -79,6 +79,8 @@ def _members(args: argparse.Namespace) -> int:
     try:
         if args.action == "show":
             return members_command.show(urls, print)
+        if args.action == "add" and not args.witness and args.member_config is not None:
+            return _add_data_member(args, urls)
         if args.action == "add":
             return members_command.add(
                 urls,
@@ -93,6 +95,49 @@ def _members(args: argparse.Namespace) -> int:
         )
     except members_command.MembersCommandError as exc:
         print(f"kdsync members {args.action}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _add_data_member(args: argparse.Namespace, urls: list[str]) -> int:
+    """``members add NAME --member-config FILE --peer HOST:PORT``: learner, backfill
+    (Spark, local unless --spark-master says otherwise), start, voter."""
+    from kdsync.audit.session import audit_session  # noqa: PLC0415 - Spark only here
+    from kdsync.backfill.copy_job import BackfillError  # noqa: PLC0415
+    from kdsync.backfill.join import Backfill  # noqa: PLC0415
+    from kdsync.backfill.seeding import SeedingError  # noqa: PLC0415
+    from kdsync.runtime import members_command  # noqa: PLC0415
+
+    config = _load(args.member_config)
+    if config is None:
+        return 2
+    if config.member != args.member or config.is_witness:
+        print(
+            f"kdsync members add: {args.member_config} is the config of "
+            f"{'witness ' if config.is_witness else ''}{config.member}, not of data member "
+            f"{args.member}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.peer is None:
+        print(
+            f"kdsync members add: give --peer HOST:PORT, where the others dial {args.member} "
+            f"(its config says {config.own_member.peer})",
+            file=sys.stderr,
+        )
+        return 2
+    backfill = Backfill(config, lambda: audit_session(args.spark_master, {}), print)
+    try:
+        return members_command.add_data_member(
+            urls,
+            args.member,
+            peer=args.peer,
+            member_url=_local_url(config.http),
+            seed=backfill,
+            timeout=args.timeout,
+            out=print,
+        )
+    except (members_command.MembersCommandError, SeedingError, BackfillError) as exc:
+        print(f"kdsync members add: {exc}", file=sys.stderr)
         return 1
 
 
@@ -224,12 +269,26 @@ def main(argv: list[str] | None = None) -> int:
             )
         if action == "add":
             sub.add_argument(
-                "member", help="the witness to add; its sidecar must run (give its address too)"
+                "member",
+                help="the member to add: a witness whose sidecar runs (give its address too), "
+                "or a data member with --member-config",
             )
             sub.add_argument(
                 "--witness",
                 action="store_true",
-                help="the member is a witness (required: only witnesses can be added yet)",
+                help="the member is a witness (its sidecar runs already)",
+            )
+            sub.add_argument(
+                "--member-config",
+                type=Path,
+                help="a new data member's own config file (its sidecar must not run yet): "
+                "the command adds it as a learner, seeds its T-global from a peer with "
+                "Spark, then waits until it was started and votes",
+            )
+            sub.add_argument(
+                "--spark-master",
+                default="local[2]",
+                help="where the backfill's Spark runs (default local[2])",
             )
             sub.add_argument(
                 "--peer",

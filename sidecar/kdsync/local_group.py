@@ -142,16 +142,27 @@ class LocalSidecarGroup:
         """Write the config of a new witness, to join the running group with
         ``kdsync members add NAME --witness`` once started: its file names the members
         of the startup files and itself (with a certificate from the group's CA)."""
+        return self._new_member(name, {"witness": True})
+
+    def add_data_member(self, name: str, bootstrap_servers: str) -> LocalMember:
+        """Write the config of a new data member on the cluster at ``bootstrap_servers``,
+        to join with ``kdsync members add NAME --member-config FILE --peer ...`` (which
+        seeds its cluster; start it only then): its file names every member of the startup
+        files, with their Kafka (the backfill copies from one of them), and itself."""
+        return self._new_member(name, {"kafka": {"bootstrapServers": bootstrap_servers}})
+
+    def _new_member(self, name: str, entry: Mapping[str, Any]) -> LocalMember:
         if name in self.members:
             raise ValueError(f"{name} is a member of the group already")
         peer_port, http_port = allocate_ports(2)
         self._members_yaml = [
             *self._members_yaml,
-            {"name": name, "peer": f"127.0.0.1:{peer_port}", "witness": True},
+            {"name": name, "peer": f"127.0.0.1:{peer_port}", **entry},
         ]
-        names = [str(entry["name"]) for entry in self._members_yaml]
+        names = [str(e["name"]) for e in self._members_yaml]
         files = make_group_pki(self.group, names, self.run_dir / "pki")[name]
-        return self._add_member(name, True, files, peer_port, http_port, {})
+        witness = bool(entry.get("witness"))
+        return self._add_member(name, witness, files, peer_port, http_port, {})
 
     # -- processes ---------------------------------------------------------------------
 

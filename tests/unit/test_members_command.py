@@ -16,7 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from kdsync.driver import DriverState, MemberDriver
-from kdsync.driver.membership_request import Outcome, add_witness, remove_member
+from kdsync.driver.membership_request import Outcome, add_member, remove_member
 from kdsync.ordering import Configuration, GroupSpec, OrderingNode
 from kdsync.runtime import members_command
 from kdsync.runtime.http_api import _from_this_host, build_app
@@ -399,11 +399,11 @@ def test_a_member_answers_a_witness_addition_by_what_the_caller_should_do() -> N
     follower = next(m for m in THREE.members if m != leader)
     node = pump.node(leader)
 
-    answer = add_witness(_driver(pump, follower), "w", W_PEER)
+    answer = add_member(_driver(pump, follower), "w", W_PEER, witness=True)
     assert answer.outcome == Outcome.ASK_AGAIN and answer.leader == leader
     assert "w" not in node.config.members
 
-    answer = add_witness(_driver(pump, leader), "w", W_PEER)
+    answer = add_member(_driver(pump, leader), "w", W_PEER, witness=True)
     assert answer.outcome == Outcome.APPENDED, answer
     assert answer.index == node.log.last_index == node.config_index
     assert node.config.is_witness("w") and node.config.address_of("w") == W_PEER
@@ -414,15 +414,15 @@ def test_a_member_answers_a_witness_addition_by_what_the_caller_should_do() -> N
         assert pump.node(member).config.address_of("w") == W_PEER, "the address travels"
 
     appended_at = node.config_index
-    answer = add_witness(_driver(pump, leader), "w", W_PEER)
+    answer = add_member(_driver(pump, leader), "w", W_PEER, witness=True)
     assert answer.outcome == Outcome.ALREADY_A_MEMBER and answer.index == appended_at
     # Asked again at another address: refused, naming the way to move it.
-    answer = add_witness(_driver(pump, leader), "w", "10.0.0.10:7400")
+    answer = add_member(_driver(pump, leader), "w", "10.0.0.10:7400", witness=True)
     assert answer.outcome == Outcome.REFUSED, answer
     assert answer.reason is not None and "remove it and add it again" in answer.reason
     assert node.log.last_index == appended_at and node.config.address_of("w") == W_PEER
 
-    answer = add_witness(_driver(pump, leader), follower, W_PEER)
+    answer = add_member(_driver(pump, leader), follower, W_PEER, witness=True)
     assert answer.outcome == Outcome.REFUSED
     assert answer.reason is not None and "data member" in answer.reason
     assert node.log.last_index == appended_at and not node.config.is_witness(follower)
@@ -432,7 +432,7 @@ def test_a_witness_addition_that_would_break_the_group_is_refused() -> None:
     pump, leader = _elected(GroupSpec(("a", "b", "w"), frozenset({"w"})))
     node = pump.node(leader)
     before = node.log.last_index
-    answer = add_witness(_driver(pump, leader), "v", W_PEER)
+    answer = add_member(_driver(pump, leader), "v", W_PEER, witness=True)
     assert answer.outcome == Outcome.REFUSED
     assert answer.reason is not None and "more voting data members than witnesses" in answer.reason
     assert node.log.last_index == before and "v" not in node.config.members
@@ -446,10 +446,13 @@ def test_the_endpoint_adds_a_witness_only_when_asked_properly() -> None:
 
     code, answer = _post(EndpointSidecar(_driver(pump, leader), allow=False), _body(ADD_W), JSON)
     assert code == 403 and "allowMembershipChanges" in answer["reason"]
+    for witness in (None, "yes", 1):
+        code, answer = _post(
+            on_leader, _body({"add": "d", "peer": W_PEER, "witness": witness}), JSON
+        )
+        assert code == 400 and '"witness": true' in answer["reason"], (witness, answer)
     code, answer = _post(on_leader, _body({"add": "d", "peer": W_PEER}), JSON)
-    assert code == 422 and "backfill" in answer["reason"], answer
-    code, answer = _post(on_leader, _body({**ADD_W, "witness": False}), JSON)
-    assert code == 422 and "backfill" in answer["reason"], answer
+    assert code == 400 and "backfill" in answer["reason"], answer
     for peer in ("nonsense", "10.0.0.9:port", "10.0.0.9:70000", 7400, None):
         code, answer = _post(on_leader, _body({**ADD_W, "peer": peer}), JSON)
         assert code == 400 and "'peer'" in answer["reason"], (peer, answer)
@@ -582,9 +585,9 @@ def test_a_witness_that_never_hears_from_the_leader_is_an_error_at_the_deadline(
     assert group.now >= 10.0
 
 
-def test_only_a_witness_can_be_added(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_data_member_needs_its_config_for_the_backfill(monkeypatch: pytest.MonkeyPatch) -> None:
     group = _with_w()
-    with pytest.raises(MembersCommandError, match=r"only witnesses .* backfill.* pass --witness"):
+    with pytest.raises(MembersCommandError, match=r"backfill .*--member-config.* pass --witness"):
         _add(group, monkeypatch, witness=False)
     assert group.asked == []
 
@@ -715,3 +718,22 @@ def test_a_witness_is_added_only_while_every_voter_answers_on_this_release(
     with pytest.raises(MembersCommandError, match=r"m2 run.* an older release"):
         _add(group, monkeypatch)
     assert group.asked == [] and group.bodies == []
+
+
+def test_the_endpoint_adds_a_data_member_as_a_learner() -> None:
+    pump, leader = _elected(THREE)
+    node = pump.node(leader)
+    on_leader = EndpointSidecar(_driver(pump, leader))
+    body = {"add": "d", "witness": False, "peer": W_PEER}
+
+    code, answer = _post(on_leader, _body(body), JSON)
+    assert code == 200 and answer["outcome"] == "appended", answer
+    config = answer["configuration"]
+    assert config["learners"] == ["d"] and "d" not in config["voters"], config
+    assert config["addresses"] == {"d": W_PEER}
+    pump.run_until(lambda: not node.change_pending, 50, "the addition to commit")
+
+    code, answer = _post(on_leader, _body(body), JSON)
+    assert code == 200 and answer["outcome"] == "already-a-member", answer
+    code, answer = _post(on_leader, _body({**body, "witness": True}), JSON)
+    assert code == 422 and "a data member of the group already" in answer["reason"], answer

@@ -1,5 +1,5 @@
-"""A request to change the group's membership (remove a member, add a witness), as a
-member answers it.
+"""A request to change the group's membership (remove a member, add a witness or a data
+member), as a member answers it.
 
 Pure: the sidecar's ``POST /membership`` and the tests call the same function. The
 answer says whether to ask again (this member does not lead, or a change is still
@@ -59,18 +59,23 @@ def remove_member(driver: MemberDriver, member: str) -> MembershipAnswer:
     return _propose(driver, config.without(member), f"removing {member}")
 
 
-def add_witness(driver: MemberDriver, member: str, address: str) -> MembershipAnswer:
-    """Ask this member to add witness ``member``, reached at ``address`` (host:port,
-    checked by the caller), to the group. A data member cannot be added yet: its
-    ``T-global`` needs a backfill first (docs/ordering.md)."""
+def add_member(
+    driver: MemberDriver, member: str, address: str, *, witness: bool
+) -> MembershipAnswer:
+    """Ask this member to add ``member``, reached at ``address`` (host:port, checked by
+    the caller): a witness as a voter; a data member as a learner, which the leader makes
+    a voter once it has caught up. A data member's sidecar starts only after a backfill
+    seeded its ``T-global`` and ledger (``kdsync.backfill``)."""
     node = driver.node
     config = node.config
     not_leading = _not_leading(driver)
     if not_leading is not None:
         return not_leading
+    kind = "a witness" if witness else "a data member"
     if member in config.members:
-        if not config.is_witness(member):
-            reason = f"{member} is a data member of the group already, not a witness"
+        if config.is_witness(member) != witness:
+            other = "a data member" if witness else "a witness"
+            reason = f"{member} is {other} of the group already, not {kind}"
             return MembershipAnswer(Outcome.REFUSED, reason, None)
         recorded = config.address_of(member)
         if recorded is not None and recorded != address:
@@ -85,7 +90,10 @@ def add_witness(driver: MemberDriver, member: str, address: str) -> MembershipAn
             node.status().leader,
             node.config_index,
         )
-    return _propose(driver, config.with_witness(member, address), f"adding {member}")
+    proposed = (
+        config.with_witness(member, address) if witness else config.with_learner(member, address)
+    )
+    return _propose(driver, proposed, f"adding {member} as {kind}")
 
 
 def _not_leading(driver: MemberDriver) -> MembershipAnswer | None:

@@ -74,6 +74,9 @@ def node_section(driver: MemberDriver) -> dict[str, Any]:
         "commitIndex": status.commit_index,
         "knownCommit": node.known_commit,
         "appliedIndex": driver.state.durable_applied,
+        # Every data member stored the log up to here: no ordering log is trimmed past it,
+        # so a backfill point for a new member must not be below it (kdsync.backfill).
+        "allDurable": node.all_durable,
         "memberLag": member_lag(driver),
         "pendingEvents": driver.pending_events,
         # What ordering.maxLogBytes bounds: log entries held in memory, read-backs included.

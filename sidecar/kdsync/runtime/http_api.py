@@ -11,7 +11,7 @@ from aiohttp import web
 from confluent_kafka import KafkaException
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kdsync.driver.membership_request import Outcome, add_witness, remove_member
+from kdsync.driver.membership_request import Outcome, add_member, remove_member
 from kdsync.runtime.sidecar import Sidecar
 from kdsync.transport.address import parse_address
 from kdsync.transport.base import validate_member_name
@@ -64,7 +64,7 @@ def build_app(sidecar: Sidecar) -> web.Application:
         request_or_problem = _membership_request(body)
         if isinstance(request_or_problem, web.Response):
             return request_or_problem
-        change, name, address = request_or_problem
+        change, name, address, witness = request_or_problem
         driver = sidecar.driver
         if driver is None or sidecar.phase != "running":
             return web.json_response(
@@ -75,7 +75,7 @@ def build_app(sidecar: Sidecar) -> web.Application:
             answer = remove_member(driver, name)
         else:
             assert address is not None
-            answer = add_witness(driver, name, address)
+            answer = add_member(driver, name, address, witness=witness)
         return web.json_response(answer.as_json(driver), status=_STATUS[answer.outcome])
 
     async def source_backlog(_: web.Request) -> web.Response:
@@ -101,11 +101,13 @@ def build_app(sidecar: Sidecar) -> web.Application:
     return app
 
 
-_BODIES = '{"remove": "<member>"} or {"add": "<member>", "witness": true, "peer": "<host:port>"}'
+_BODIES = (
+    '{"remove": "<member>"} or {"add": "<member>", "witness": true|false, "peer": "<host:port>"}'
+)
 
 
-def _membership_request(body: object) -> tuple[str, str, str | None] | web.Response:
-    """(change, member, peer address) from a request body, or the error to answer."""
+def _membership_request(body: object) -> tuple[str, str, str | None, bool] | web.Response:
+    """(change, member, peer address, witness) from a request body, or the error to answer."""
     if not isinstance(body, dict) or len({"add", "remove"} & set(body)) != 1:
         return _error(400, f"expected a JSON body {_BODIES}")
     change = "add" if "add" in body else "remove"
@@ -113,17 +115,17 @@ def _membership_request(body: object) -> tuple[str, str, str | None] | web.Respo
     if not isinstance(name, str) or not name:
         return _error(400, f"{change!r} must name a member: {_BODIES}")
     if change == "remove":
-        return change, name, None
+        return change, name, None, False
     try:
         validate_member_name(name)
     except ValueError as exc:
         return _error(400, f"{name!r} cannot be a member's name: {exc}")
-    if body.get("witness") is not True:
+    witness = body.get("witness")
+    if not isinstance(witness, bool):
         return _error(
-            422,
-            f"adding data member {name} at runtime is not supported yet: its T-global needs "
-            "a backfill from a peer first (docs/ordering.md); only witnesses can be added. "
-            'For a witness, send "witness": true',
+            400,
+            f'say whether {name} is a witness: "witness": true, or false for a data member '
+            "(whose T-global a backfill seeds: kdsync members add without --witness does it)",
         )
     address = body.get("peer")
     if not isinstance(address, str):
@@ -132,7 +134,7 @@ def _membership_request(body: object) -> tuple[str, str, str | None] | web.Respo
         parse_address(address)
     except ValueError as exc:
         return _error(400, f"'peer' {address!r} is not a usable host:port: {exc}")
-    return change, name, address
+    return change, name, address, witness
 
 
 _STATUS = {

@@ -16,7 +16,10 @@ Adding a witness: its sidecar runs first (the others refuse it until the change 
 their logs), so that the group, which counts it from the moment the change is appended,
 has its vote at once. The change carries the address the others dial it at; then the
 command waits for the commit and for the witness to have the change in its own log.
-A data member cannot be added yet: its ``T-global`` needs a backfill first.
+Adding a data member: its sidecar must *not* run yet. The learner (with its address) is
+proposed and committed; then a backfill (``kdsync.backfill``, handed in as ``seed``) gives
+its cluster a peer's ``T-global`` and ledger; then its sidecar is started, and the
+command waits until the leader has made it a voter (once it caught up).
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ POLL_SECONDS = 0.5
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
+# The backfill of a new data member: given a way to read every member's /status now and
+# the deadline, it seeds the member's cluster (or finds it seeded), printing progress.
+Statuses = Callable[[], Mapping[str, Mapping[str, Any]]]
+Seed = Callable[[Statuses, float], None]
 
 
 class MembersCommandError(Exception):
@@ -151,12 +158,13 @@ def add(
     sleep: Sleep = time.sleep,
 ) -> int:
     """Add witness ``member``, whose sidecar already runs (its file names the group's
-    members and itself), reached at ``peer`` (default: the address it reports)."""
+    members and itself), reached at ``peer`` (default: the address it reports); or data
+    member ``member`` with ``seed`` (see ``add_data_member``)."""
     if not witness:
         raise MembersCommandError(
-            f"only witnesses can be added to a running group for now: a data member's "
-            f"T-global needs a backfill from a peer first (docs/ordering.md). If {member} "
-            "is a witness, pass --witness"
+            f"a data member's T-global needs a backfill from a peer first: give {member}'s "
+            "own config file (--member-config) and --peer HOST:PORT. If it is a witness, "
+            "pass --witness"
         )
     deadline = clock() + timeout
     view = _answered_by(member, urls, look(urls), deadline, out, clock, sleep)
@@ -205,6 +213,92 @@ def add(
     out(f"{member} is in the group: {describe_configuration(final)}")
     _await_joined(urls, member, index, deadline, out, clock, sleep)
     return 0
+
+
+def add_data_member(
+    urls: Sequence[str],
+    member: str,
+    *,
+    peer: str,
+    member_url: str,
+    seed: Seed,
+    timeout: float,
+    out: Callable[[str], None],
+    clock: Clock = time.monotonic,
+    sleep: Sleep = time.sleep,
+) -> int:
+    """Add data member ``member`` (reached by the others at ``peer``; its sidecar's HTTP at
+    ``member_url``): learner, backfill, start, voter. ``urls`` are the running members'."""
+    deadline = clock() + timeout
+    view = look(urls)
+    answer = fetch_status(member_url)
+    own = answer if answer.get("member") == member else None
+    group_config = view.configuration
+    data_voters = [
+        v for v in group_config.get("voters", []) if v not in group_config.get("witnesses", [])
+    ]
+    if own is not None and member in data_voters:
+        out(f"{member} is a voting member already: {describe_configuration(group_config)}")
+        return 0
+    if own is not None and member not in group_config.get("learners", []):
+        raise MembersCommandError(
+            f"{member}'s sidecar runs already: stop it. A new data member's sidecar starts "
+            "only after the backfill seeded its cluster; started on its own file it would "
+            "take itself for a member of the group it names"
+        )
+    silent = [v for v in group_config.get("voters", []) if v not in view.statuses]
+    if silent or not view.statuses:
+        raise MembersCommandError(
+            f"{', '.join(silent) or 'no member'} did not answer: give every member's address "
+            "(or --config), and add a data member while every voter is up"
+        )
+    older = [v for v in view.statuses if "allDurable" not in view.statuses[v]]
+    if older:
+        raise MembersCommandError(
+            f"{', '.join(older)} run(s) an older release, which cannot seed a new data "
+            "member: upgrade every member first"
+        )
+    if member in _members_of(group_config):
+        out(f"{member} is in the newest configuration already; resuming")
+    request = {"add": member, "witness": False, "peer": peer}
+    _, final = _change(urls, request, member, deadline, out, clock, sleep, joins=True)
+    out(f"{member} is in the group as a learner: {describe_configuration(final)}")
+    if own is None:
+        seed(lambda: look(urls).statuses, deadline)
+        out(f"Start {member}'s sidecar now: it catches up from the leader, then votes.")
+    _await_voter(urls, member_url, member, deadline, out, clock, sleep)
+    return 0
+
+
+def _await_voter(
+    urls: Sequence[str],
+    member_url: str,
+    member: str,
+    deadline: float,
+    out: Callable[[str], None],
+    clock: Clock,
+    sleep: Sleep,
+) -> None:
+    """Until a committed configuration makes ``member`` a voter (the leader promotes a
+    learner that has caught up)."""
+    while True:
+        view = look(urls)
+        for name, status in view.statuses.items():
+            config = status.get("configuration") or {}
+            if name != member and config.get("committed") and member in config.get("voters", []):
+                out(f"{member} votes now: {describe_configuration(config)}")
+                return
+        answer = fetch_status(member_url)
+        own = answer if answer.get("member") == member else None
+        state = "does not answer yet" if own is None else f"is {own.get('phase', 'up')}"
+        _check_deadline(
+            clock,
+            deadline,
+            f"{member} is not a voter yet: its sidecar {state} (its peers: "
+            f"{_peer_errors(own or {})}); start it if it is not running, check that the "
+            "others reach its peer address, then run the command again (it resumes)",
+        )
+        sleep(POLL_SECONDS)
 
 
 def _await_joined(

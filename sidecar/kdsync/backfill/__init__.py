@@ -1,0 +1,1 @@
+"""Seeding a new data member's T-global from a peer (Spark)."""

@@ -1,0 +1,440 @@
+"""Copy a donor member's ``T-global`` topics into a new member's cluster, below ``next_seq``.
+
+The driver plans with plain confluent-kafka: each topic's partitions, their committed
+offset ranges, and the refusals (a donor trimmed by retention, or behind ``next_seq``). It
+creates the target topics with the donor's partition count. Spark's Kafka source
+(:func:`kdsync.audit.reader.read_range`, one Spark partition per Kafka partition, so offset
+order is kept) feeds one Python task per partition, which writes the records into the same
+partition of the target with a transactional producer whose id names that partition.
+
+A task calls ``init_transactions`` first: that fences any earlier attempt at the same
+partition (a crashed run, a retried or speculative Spark task) and aborts what it left
+open. Only then does it read the highest committed ``kdsync.seq`` in the target partition,
+so nothing of an earlier attempt can commit after that read, and skip the donor's records
+up to it. Transactions commit every ``COMMIT_RECORDS`` records or ``COMMIT_BYTES``: a run
+killed at any moment leaves a committed prefix, and the next run continues after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import logging
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kdsync.audit.kafka_options import java_kafka_options
+from kdsync.audit.positions import TopicRange
+from kdsync.audit.reader import read_range
+from kdsync.failover.kafka_io import KafkaPartitionLog
+from kdsync.kafka.client_config import admin_config, client_config
+from kdsync.kafka.errors import KafkaUnavailable
+from kdsync.kafka.global_topic_rule import RETENTION_MS
+from kdsync.kafka.partition_reader import reading_consumer
+from kdsync.kafka.produce_pacing import PACED_PRODUCER, must_flush
+from kdsync.kafka.topics import GLOBAL_TOPIC_CONFIG, ClusterTopics
+from kdsync.ordering.events import Header, header_bytes
+from kdsync.record_format import RecordFormatError, from_global_record
+
+log = logging.getLogger("kdsync.backfill")
+
+COMMIT_RECORDS = 5_000
+COMMIT_BYTES = 8 * 1024 * 1024
+# What confluent-kafka's produce() takes as headers.
+_Headers = list[tuple[str, str | bytes | None]]
+# One task's outcome: (topic, partition, present, copied, below next_seq, error or None).
+_Outcome = tuple[str, int, int, int, int, str | None]
+
+
+class BackfillError(RuntimeError):
+    """The copy cannot be made (or was stopped); the message names member, topic and why."""
+
+
+@dataclass(frozen=True)
+class KafkaEndpoint:
+    member: str  # member name, for messages
+    properties: Mapping[str, str]  # librdkafka properties, "bootstrap.servers" included
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    copied: dict[str, int]  # global topic -> records written by this run
+    present: dict[str, int]  # global topic -> records already there before this run
+
+
+@dataclass(frozen=True)
+class _TopicPlan:
+    topic: str
+    next_seq: int
+    partitions: int
+    start: dict[int, int]  # donor offsets to read, [start, end) read_committed
+    end: dict[int, int]
+    config: dict[str, str]  # for the target topic, if it has to be created
+
+
+@dataclass(frozen=True)
+class _TaskSettings:
+    """What every Spark task gets (pickled): plain values only."""
+
+    donor: str
+    target: str
+    properties: dict[str, str]  # the target's
+    upto: dict[str, int]
+    transactional_prefix: str
+    timeout: float
+    commit_records: int
+    commit_bytes: int
+
+
+def copy_global_topics(
+    spark: SparkSession,
+    donor: KafkaEndpoint,
+    target: KafkaEndpoint,
+    upto: Mapping[str, int],
+    transactional_prefix: str,
+    *,
+    timeout: float = 30.0,
+) -> CopyResult:
+    """Make ``target``'s topics hold exactly ``donor``'s records with ``kdsync.seq`` below
+    ``upto[topic]``: copies what is missing after the target's committed prefix."""
+    # Every topic is planned (and may be refused) before anything is created or written.
+    plans = _plan(donor, upto, timeout)
+    _prepare_target(target, plans, timeout)
+    settings = _TaskSettings(
+        donor=donor.member,
+        target=target.member,
+        properties=dict(target.properties),
+        upto={plan.topic: plan.next_seq for plan in plans},
+        transactional_prefix=transactional_prefix,
+        timeout=timeout,
+        commit_records=COMMIT_RECORDS,
+        commit_bytes=COMMIT_BYTES,
+    )
+    frames = [frame for plan in plans if (frame := _donor_frame(spark, donor, plan)) is not None]
+    outcomes: list[_Outcome] = []
+    if frames:
+        union = functools.reduce(DataFrame.unionByName, frames)
+        spark.sparkContext.setJobDescription(f"kdsync backfill {donor.member} -> {target.member}")
+        copy = functools.partial(_copy_partition, settings)
+        outcomes = list(union.rdd.mapPartitions(copy).collect())
+    errors = sorted(error for *_, error in outcomes if error is not None)
+    if errors:
+        raise BackfillError(
+            f"the copy into {target.member} stopped in {len(errors)} partition(s): "
+            + "; ".join(errors)
+        )
+    copied: dict[str, int] = {plan.topic: 0 for plan in plans}
+    present: dict[str, int] = {plan.topic: 0 for plan in plans}
+    below: dict[str, int] = {plan.topic: 0 for plan in plans}
+    for topic, _, had, wrote, seen, _ in outcomes:
+        present[topic] += had
+        copied[topic] += wrote
+        below[topic] += seen
+    for plan in plans:
+        log.info(
+            "%s: copied %d record(s) from %s to %s, %d were there already (seqs below %d)",
+            plan.topic, copied[plan.topic], donor.member, target.member,
+            present[plan.topic], plan.next_seq,
+        )  # fmt: skip
+        # Seqs are gapless from 0 and each lives in one partition: anything else is a hole
+        # (or a repeat) in the donor, which the copy has faithfully reproduced.
+        if below[plan.topic] != plan.next_seq:
+            raise BackfillError(
+                f"donor {donor.member}'s {plan.topic} holds {below[plan.topic]} record(s) "
+                f"below seq {plan.next_seq}, not {plan.next_seq}: its seqs have holes or "
+                "repeats; run the audit on it, and backfill from another member"
+            )
+    return CopyResult(copied=copied, present=present)
+
+
+def _plan(donor: KafkaEndpoint, upto: Mapping[str, int], timeout: float) -> list[_TopicPlan]:
+    topics = ClusterTopics(donor.properties, timeout)
+    counts = topics.partitions()
+    admin = AdminClient(admin_config(donor.properties))
+    consumer = reading_consumer(
+        donor.properties, f"kdsync-backfill-plan-{uuid.uuid4().hex[:8]}",
+        committed_only=True, fetch_wait_ms=50,
+    )  # fmt: skip
+    try:
+        plans = []
+        for topic, next_seq in sorted(upto.items()):
+            count = counts.get(topic)
+            if count is None:
+                raise BackfillError(f"donor {donor.member} has no topic {topic}")
+            parts = [(topic, p) for p in range(count)]
+            logs = [KafkaPartitionLog(consumer, topic, p, timeout) for p in range(count)]
+            try:
+                lows = topics.earliest_offsets(parts, timeout)
+                for p, low in ((p, lows[(topic, p)]) for p in range(count)):
+                    if low > 0:
+                        _refuse_trimmed(donor.member, logs[p], low)
+                last = max((_last_seq(entry) for entry in logs), default=-1)
+                if last < next_seq - 1:
+                    raise BackfillError(
+                        f"donor {donor.member}'s {topic} holds seqs up to {last} only, not up "
+                        f"to {next_seq - 1}: it is behind; wait for it or pick another donor"
+                    )
+                # Taken after the check, so these ends cover every seq below next_seq.
+                ends = topics.committed_ends(parts, timeout)
+                config = _target_config(admin, topic, timeout)
+            except (KafkaException, KafkaUnavailable, RecordFormatError) as exc:
+                raise BackfillError(
+                    f"cannot plan the copy of donor {donor.member}'s {topic}: {exc}"
+                ) from exc
+            plans.append(
+                _TopicPlan(
+                    topic, next_seq, count,
+                    start={p: lows[(topic, p)] for p in range(count)},
+                    end={p: ends[(topic, p)] for p in range(count)},
+                    config=config,
+                )
+            )  # fmt: skip
+        return plans
+    finally:
+        consumer.close()
+
+
+def _refuse_trimmed(member: str, partition_log: KafkaPartitionLog, low: int) -> None:
+    """Retention deleted the start of this partition unless it still starts at seq 0 (with
+    several partitions, only one holds seq 0: the others are refused, conservatively)."""
+    first = partition_log.read_from(low)
+    if first and first[0].seq == 0:
+        return
+    where = f"{partition_log.topic}[{partition_log.partition}]"
+    start = f"seq {first[0].seq}" if first else "no record at all"
+    raise BackfillError(
+        f"donor {member}'s {partition_log.topic} starts at {start} (retention; {where} begins "
+        f"at offset {low}): a backfill from a trimmed T-global is not supported yet"
+    )
+
+
+def _last_seq(partition_log: KafkaPartitionLog) -> int:
+    _, end = partition_log.bounds()
+    last = partition_log.last_before(end)
+    return -1 if last is None else last.seq
+
+
+def _target_config(admin: AdminClient, topic: str, timeout: float) -> dict[str, str]:
+    """T-global's configs, with the donor's retention where it is longer: copied records
+    keep their timestamps, and a shorter retention would delete history the donor keeps."""
+    config = dict(GLOBAL_TOPIC_CONFIG)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    found = admin.describe_configs([resource], request_timeout=timeout)[resource]
+    entry = found.result(timeout=timeout).get(RETENTION_MS)
+    donor = str(getattr(entry, "value", ""))
+    if donor.lstrip("-").isdigit() and (donor == "-1" or int(donor) > int(config[RETENTION_MS])):
+        config[RETENTION_MS] = donor
+    return config
+
+
+def _prepare_target(target: KafkaEndpoint, plans: list[_TopicPlan], timeout: float) -> None:
+    topics = ClusterTopics(target.properties, timeout)
+    existing = topics.partitions()
+    for plan in plans:
+        have = existing.get(plan.topic)
+        if have is not None and have != plan.partitions:
+            raise BackfillError(
+                f"{target.member}'s {plan.topic} has {have} partition(s), the donor's "
+                f"{plan.partitions}: records must keep their partition; delete it or fix it"
+            )
+        if have is None:
+            topics.ensure(plan.topic, plan.partitions, plan.config)
+
+
+def _donor_frame(spark: SparkSession, donor: KafkaEndpoint, plan: _TopicPlan) -> DataFrame | None:
+    """The donor's planned records of one topic, or None when there is nothing to read."""
+    wanted = [p for p in range(plan.partitions) if plan.end[p] > plan.start[p]]
+    if plan.next_seq == 0 or not wanted:
+        return None
+    properties = {k: v for k, v in donor.properties.items() if k != "bootstrap.servers"}
+    _, unsupported = java_kafka_options(properties)
+    if unsupported:
+        log.warning("Spark's Kafka client ignores %s of %s", ", ".join(unsupported), donor.member)
+    rng = TopicRange(
+        donor.member, plan.topic, donor.properties["bootstrap.servers"], properties,
+        start={p: plan.start[p] for p in wanted}, end={p: plan.end[p] for p in wanted},
+    )  # fmt: skip
+    log.info(
+        "%s: copying seqs below %d from %s (%d partition(s), %d offset(s) to read)",
+        plan.topic, plan.next_seq, donor.member, plan.partitions, rng.records,
+    )  # fmt: skip
+    # Milliseconds as a number: a Spark timestamp reaches Python as a local-time datetime.
+    return read_range(spark, rng).select(
+        "topic", "partition", "offset", "key", "value", "headers",
+        F.unix_millis("timestamp").alias("timestamp_ms"),
+    )  # fmt: skip
+
+
+def _bytes(raw: bytes | bytearray | None) -> bytes | None:
+    """Spark hands binary columns to Python as bytearray; confluent-kafka wants bytes."""
+    return None if raw is None else bytes(raw)
+
+
+def _copy_partition(settings: _TaskSettings, rows: Iterator[Any]) -> Iterator[_Outcome]:
+    """One Spark task: the rows of one donor partition, in offset order."""
+    first = next(rows, None)
+    if first is None:
+        return
+    copier = _PartitionCopier(settings, str(first.topic), int(first.partition))
+    error: str | None = None
+    try:
+        copier.run(itertools.chain([first], rows))
+    except (BackfillError, KafkaException, KafkaUnavailable) as exc:
+        copier.abort()
+        error = str(exc) if isinstance(exc, BackfillError) else f"{copier.where}: {exc}"
+    finally:
+        copier.close()
+    yield (copier.topic, copier.partition, copier.present, copier.copied, copier.below, error)
+
+
+class _PartitionCopier:
+    def __init__(self, settings: _TaskSettings, topic: str, partition: int) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.partition = partition
+        self.where = f"{settings.target}'s {topic}[{partition}]"
+        self.next_seq = settings.upto[topic]
+        self.present = self.copied = self.below = 0
+        self._pending = self._pending_bytes = self._queued = 0
+        self._open = False
+        self._errors: list[KafkaError] = []
+        transactional_id = f"{settings.transactional_prefix}.{topic}.{partition}"
+        self._producer = Producer(
+            client_config(
+                settings.properties, **PACED_PRODUCER, **{"transactional.id": transactional_id},
+                **{"enable.idempotence": True, "acks": "all", "message.max.bytes": 64 << 20},
+            )
+        )  # fmt: skip
+
+    def run(self, rows: Iterator[Any]) -> None:
+        timeout = self.settings.timeout
+        self._producer.init_transactions(timeout)  # fences earlier attempts: before the read
+        last = self._target_last_seq()
+        if last is not None and last >= self.next_seq:
+            raise BackfillError(
+                f"{self.where} already holds seq {last}, at or above next_seq {self.next_seq}: "
+                "it was written by something other than this backfill"
+            )
+        matched = last is None  # the target's last record found among the donor's
+        previous: int | None = None
+        for row in rows:
+            headers: list[Header] = [(h.key, _bytes(h.value)) for h in row.headers or ()]
+            try:
+                seq = from_global_record(None, None, headers, 0).seq
+            except RecordFormatError as exc:
+                raise BackfillError(
+                    f"donor {self.settings.donor}'s {self.topic}[{self.partition}] offset "
+                    f"{row.offset} is not a kdsync T-global record ({exc})"
+                ) from None
+            if previous is not None and seq <= previous:
+                raise BackfillError(
+                    f"donor {self.settings.donor}'s {self.topic}[{self.partition}] offset "
+                    f"{row.offset} has seq {seq}, not above the previous record's {previous}: "
+                    "its T-global is out of order; run the audit on it"
+                )
+            previous = seq
+            if seq >= self.next_seq:
+                break
+            self.below += 1
+            if last is not None and seq <= last:
+                self.present += 1
+                matched = matched or seq == last
+                continue
+            if not matched:
+                break
+            self._produce(_bytes(row.key), _bytes(row.value), headers, int(row.timestamp_ms))
+        for _ in rows:  # read the partition to its end, as Spark's feeder expects
+            pass
+        if not matched:
+            raise BackfillError(
+                f"{self.where} ends at seq {last}, which donor {self.settings.donor}'s "
+                "partition does not hold below next_seq: the target holds another history"
+            )
+        self._commit()
+
+    def _target_last_seq(self) -> int | None:
+        """The highest committed seq in the target partition (None: it holds none)."""
+        consumer = reading_consumer(
+            self.settings.properties, f"{self.settings.transactional_prefix}.reader",
+            committed_only=True, fetch_wait_ms=50,
+        )  # fmt: skip
+        try:
+            partition_log = KafkaPartitionLog(
+                consumer, self.topic, self.partition, self.settings.timeout
+            )
+            _, end = partition_log.bounds()
+            # Searches back from the end past markers and aborted transactions.
+            located = partition_log.last_before(end)
+        except RecordFormatError as exc:
+            raise BackfillError(
+                f"{self.where} holds a record that is not a kdsync T-global record "
+                f"({exc.__cause__ or exc})"
+            ) from None
+        finally:
+            consumer.close()
+        return None if located is None else located.seq
+
+    def _on_delivery(self, error: KafkaError | None, _: Message) -> None:
+        if error is not None:
+            self._errors.append(error)
+
+    def _produce(
+        self, key: bytes | None, value: bytes | None, headers: list[Header], ts: int
+    ) -> None:
+        if not self._open:
+            self._producer.begin_transaction()
+            self._open = True
+        size = len(key or b"") + len(value or b"") + header_bytes(headers)
+        # At most about one batch queued at a time (see kdsync.kafka.produce_pacing).
+        if must_flush(self._queued, size):
+            self._producer.flush(self.settings.timeout)
+            self._queued = 0
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, value=value, key=key, partition=self.partition,
+                    on_delivery=self._on_delivery, timestamp=ts,
+                    headers=cast(_Headers, headers),
+                )  # fmt: skip
+                break
+            except BufferError:
+                self._producer.flush(0.05)
+        self._queued += size
+        self._pending += 1
+        self._pending_bytes += size
+        limits = self.settings
+        if self._pending >= limits.commit_records or self._pending_bytes >= limits.commit_bytes:
+            self._commit()
+
+    def _commit(self) -> None:
+        if not self._open:
+            return
+        remaining = self._producer.flush(self.settings.timeout)
+        if self._errors or remaining:
+            cause = self._errors[0] if self._errors else f"{remaining} record(s) unacknowledged"
+            raise BackfillError(f"writing to {self.where} failed: {cause}")
+        self._producer.commit_transaction(self.settings.timeout)
+        self._open = False
+        self.copied += self._pending
+        self._pending = self._pending_bytes = self._queued = 0
+
+    def abort(self) -> None:
+        """Abort the open transaction now, so the target's readers are not held up until
+        the next run fences it (a fenced or broken producer just stays silent)."""
+        if self._open:
+            with contextlib.suppress(KafkaException):
+                self._producer.abort_transaction(self.settings.timeout)
+            self._open = False
+
+    def close(self) -> None:
+        self._producer.flush(0)

@@ -1,0 +1,146 @@
+"""Where a new data member starts, and the state it starts from.
+
+A new member starts like a restarted one at an applied index *K* (docs/ordering.md,
+"Membership changes"): with a donor's ledger at *K* and the donor's ``T-global`` up to that
+ledger's sequence numbers. *K* must be
+
+- at or past every member's ``allDurable`` once the new learner's addition has committed
+  (no ordering log is trimmed past that while the learner has stored nothing, so entry
+  *K* and those after it can still be sent to it), and
+- at or below every data member's applied index, so that nobody ever needs entries up to
+  *K* from the new member should it lead.
+
+The donor is the data member that applied least, and *K* is its latest ledger: the others
+have applied at least as much, or soon will (``applied_everywhere``). No ledger history is
+needed: the latest ledger of the slowest member is the point.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from kdsync import naming
+from kdsync.config import MemberConfig
+from kdsync.kafka.client_config import client_config
+from kdsync.kafka.errors import KafkaUnavailable
+from kdsync.kafka.ledger_reader import LEDGER_KEY, read_latest_ledger
+from kdsync.kafka.partition_reader import reading_consumer
+from kdsync.kafka.topics import ClusterTopics
+from kdsync.ordering import Configuration, LedgerState
+from kdsync.wire_format.records import encode_ledger_state
+
+# The hand-over record sits in the new member's ledger topic under its own key, so
+# compaction keeps it for ever next to the latest ledger; the audit can read it.
+HANDOVER_KEY = b"handover"
+
+
+class SeedingError(RuntimeError):
+    """The backfill cannot go on (the message names the member and the fix)."""
+
+
+@dataclass(frozen=True)
+class DonorChoice:
+    donor: str  # the data member that applied least: its latest ledger is K
+    floor: int  # K must not be below this (the largest allDurable reported)
+
+
+def choose_donor(
+    statuses: Mapping[str, Mapping[str, Any]], data_members: Sequence[str]
+) -> DonorChoice:
+    """From every data member's ``/status`` (each must answer)."""
+    silent = [m for m in data_members if m not in statuses]
+    if silent:
+        raise SeedingError(
+            f"{', '.join(silent)} did not answer: a backfill point must be below what every "
+            "data member applied, so every data member must answer; give its address"
+        )
+    if not data_members:
+        raise SeedingError("the group has no data member to copy from")
+    applied = {m: int(statuses[m].get("appliedIndex", 0)) for m in data_members}
+    floor = max(int(statuses[m].get("allDurable", 0)) for m in data_members)
+    donor = min(data_members, key=lambda m: (applied[m], m))
+    return DonorChoice(donor, floor)
+
+
+def applied_everywhere(
+    statuses: Mapping[str, Mapping[str, Any]], data_members: Sequence[str], index: int
+) -> list[str]:
+    """The data members that have not applied ``index`` yet (empty: all have)."""
+    return [m for m in data_members if int(statuses.get(m, {}).get("appliedIndex", 0)) < index]
+
+
+def seed_ledger(ledger: LedgerState, startup: Configuration) -> LedgerState:
+    """The ledger the new member starts from: the donor's, which says the configuration in
+    force at K (``startup``, the group's seed, when no change was applied by then). The new
+    member must not take its own file, which names it, for the group it joins."""
+    if ledger.config is not None:
+        return ledger
+    return LedgerState(
+        applied_index=ledger.applied_index,
+        applied_term=ledger.applied_term,
+        marks=dict(ledger.marks),
+        next_seq=dict(ledger.next_seq),
+        config=startup,
+        config_index=0,
+    )
+
+
+def read_ledger(member: MemberConfig, group: str, timeout: float) -> LedgerState | None:
+    """``member``'s latest delivery ledger (None before its first delivery)."""
+    assert member.kafka is not None
+    properties = member.kafka.client_properties()
+    topic = naming.ledger_topic(group)
+    try:
+        if topic not in ClusterTopics(properties, timeout).partitions():
+            return None
+        consumer = reading_consumer(
+            properties, f"{naming.consumer_group(group)}.backfill-reader", committed_only=True
+        )
+        try:
+            return read_latest_ledger(consumer, topic, timeout)
+        finally:
+            consumer.close()
+    except KafkaUnavailable as error:
+        raise SeedingError(
+            f"member {member.name}: cannot read its ledger {topic}: {error}; check that its "
+            "Kafka cluster is up and members[].kafka in the new member's config"
+        ) from None
+
+
+def write_seed(
+    target: MemberConfig,
+    group: str,
+    ledger: LedgerState,
+    handover: Mapping[str, Any],
+    transactional_id: str,
+    timeout: float = 30.0,
+) -> None:
+    """Write the new member's first ledger and the hand-over record, in one transaction,
+    after its ``T-global`` holds everything below the ledger's sequence numbers."""
+    assert target.kafka is not None
+    properties = target.kafka.client_properties()
+    topic = naming.ledger_topic(group)
+    ClusterTopics(properties, timeout).ensure_internal(group)
+    producer = Producer(
+        client_config(
+            properties,
+            **{"transactional.id": transactional_id, "enable.idempotence": True, "acks": "all"},
+        )
+    )
+    try:
+        producer.init_transactions(timeout)
+        producer.begin_transaction()
+        record = json.dumps(dict(handover), sort_keys=True).encode()
+        producer.produce(topic, record, HANDOVER_KEY, partition=0)
+        producer.produce(topic, encode_ledger_state(ledger), LEDGER_KEY, partition=0)
+        producer.commit_transaction(timeout)
+    except KafkaException as error:
+        raise SeedingError(
+            f"member {target.name}: cannot write its ledger to {topic}: {error}; "
+            "run the command again (the copy resumes)"
+        ) from None

@@ -1,0 +1,235 @@
+"""A fourth data member joins a running three-member group under traffic (issue #17):
+``kdsync members add m4 --member-config`` adds it as a learner, seeds its cluster with a
+peer's ``T-global`` and ledger (Spark), and waits until the started sidecar votes. The
+backfill is SIGKILLed mid-copy and run again: it resumes. In the end all four members hold
+the same complete ``T-global`` (independent checker and Spark audit), the new region's own
+events included."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from kdsync.audit.command import main as audit_main
+from kdsync.local_group import LocalMember, LocalSidecarGroup
+from kdsync.localkafka import KafkaDistribution, LocalKafkaFleet
+from kdsync.verification.group_check import GlobalWatch
+from kdsync.verification.traffic import Traffic
+from tests.integration.sidecar.harness import (
+    PARTITIONS,
+    brief_status,
+    start_watched,
+    verify_group,
+    wait_for,
+)
+from tests.support.plain_kafka import create_topic
+
+pytestmark = pytest.mark.kafka
+
+RATE = 150  # events/s per origin, while m4 joins
+HISTORY = 10_000  # events per origin ordered before m4 joins: what the backfill copies
+GROWTH = 300
+
+
+def _ends(servers: str, topic: str) -> tuple[int, int]:
+    """(log end, last stable offset) of ``topic[0]``; (0, 0) while it does not exist."""
+    ends = []
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = Consumer(
+            {"bootstrap.servers": servers, "group.id": "probe", "isolation.level": isolation}
+        )
+        try:
+            metadata = consumer.list_topics(topic, timeout=10)
+            if metadata.topics[topic].error is not None:
+                return 0, 0
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+            ends.append(int(high))
+        finally:
+            consumer.close()
+    return ends[0], ends[1]
+
+
+def _members_add(urls: Sequence[str], new: LocalMember) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kdsync.cli",
+            "members",
+            "add",
+            new.name,
+            *urls,
+            "--member-config",
+            str(new.config_path),
+            "--peer",
+            new.peer,
+            "--timeout",
+            "300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,  # its own process group: Spark's JVM and workers too
+    )
+
+
+class _Lines:
+    """The command's output, read as it comes (a thread), to act on a line."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._thread.start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.append(line.rstrip())
+
+    def has(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines[-60:])
+
+
+def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
+    sidecar_group: Callable[..., LocalSidecarGroup],
+    bootstrap: dict[str, str],
+    source_topic: str,
+    kafka_distribution: KafkaDistribution,
+    kafka_run_root: Path,
+    tmp_path: Path,
+) -> None:
+    with LocalKafkaFleet(
+        ["kafka-4"], run_root=kafka_run_root, distribution=kafka_distribution
+    ) as fleet:
+        m4_servers = fleet["kafka-4"].bootstrap_servers
+        create_topic(m4_servers, source_topic, PARTITIONS)
+        group = sidecar_group("join", bootstrap, source_topic)
+        global_topic, watch = start_watched(group, bootstrap, source_topic)
+        first_members = list(bootstrap)
+        urls = [group.members[m].http for m in first_members]
+        history = Traffic(bootstrap, source_topic, count_per_origin=HISTORY).start()
+        produced = history.join()
+        wait_for(
+            "the history to be ordered everywhere",
+            lambda: all(watch.count(m) >= len(bootstrap) * HISTORY for m in first_members),
+            180,
+            lambda: brief_status(group),
+        )
+        traffic = Traffic(bootstrap, source_topic, RATE).start()
+        everyone = {**bootstrap, "m4": m4_servers}
+        late: Traffic | None = None
+        pauses: dict[str, float] = {}
+        try:
+            new = group.add_data_member("m4", m4_servers)
+            pause_watch = _PauseWatch(group, first_members)
+            # 1. Killed mid-copy: as soon as the copy wrote into m4's T-global.
+            first = _members_add(urls, new)
+            first_lines = _Lines(first)
+            wait_for(
+                "the backfill to write into m4's T-global",
+                lambda: _ends(m4_servers, global_topic)[0] > 0 or first.poll() is not None,
+                300,
+                lambda: first_lines.text,
+            )
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(30)
+            assert first.returncode == -signal.SIGKILL, first_lines.text
+            _, committed_at_kill = _ends(m4_servers, global_topic)
+            assert committed_at_kill < len(bootstrap) * HISTORY, "the copy was not cut"
+            assert group.status("m4") is None, "m4's sidecar must not run before its backfill"
+
+            # 2. Run again: it resumes, seeds m4, and waits for its sidecar to vote.
+            second = _members_add(urls, new)
+            lines = _Lines(second)
+            wait_for(
+                "the backfill to finish",
+                lambda: lines.has("Start m4's sidecar now") or second.poll() is not None,
+                300,
+                lambda: lines.text,
+            )
+            assert lines.has("Start m4's sidecar now"), lines.text
+            group.start_member("m4")
+            wait_for("m4 to vote", lambda: second.poll() is not None, 180, lambda: lines.text)
+            pauses["m4 joins (learner, backfill killed and resumed, voter)"] = pause_watch.stop()
+            assert second.returncode == 0, lines.text
+            assert lines.has("m4 votes now"), lines.text
+            for member in everyone:
+                config = (group.status(member) or {}).get("configuration") or {}
+                assert sorted(config.get("voters", [])) == sorted(everyone), (member, config)
+
+            # 3. The new region's own events reach everyone; everyone goes on ordering.
+            late = Traffic({"m4": m4_servers}, source_topic, RATE).start()
+            all_watch = GlobalWatch(everyone, global_topic)
+            try:
+                start = {m: all_watch.count(m) for m in everyone}
+                wait_for(
+                    "all four members to go on ordering",
+                    lambda: all(all_watch.count(m) >= start[m] + GROWTH for m in everyone),
+                    120,
+                    lambda: brief_status(group),
+                )
+            finally:
+                all_watch.close()
+        finally:
+            running = traffic.stop()
+            if late is not None:
+                running["m4"] = late.stop()["m4"]
+        watch.close()
+        totals = {m: produced.get(m, 0) + running.get(m, 0) for m in everyone}
+        verify_group(group, everyone, source_topic, global_topic, totals, replicas=list(everyone))
+
+        report_path = tmp_path / "audit.json"
+        status = audit_main(["--config", str(new.config_path), "--report", str(report_path)])
+        report = json.loads(report_path.read_text())
+        assert status == 0, report["violations"]
+        assert sorted(report["membership"]["checked"]) == sorted(everyone), report["membership"]
+        assert report["checked"]["events"] >= sum(totals.values()), report["checked"]
+        print("\n--- killed run:\n" + first_lines.text + "\n--- second run:\n" + lines.text)
+        (tmp_path / "join-pauses.json").write_text(json.dumps(pauses))
+        print(f"longest gap in delivery at the first three members: {json.dumps(pauses)}")
+
+
+class _PauseWatch:
+    """The longest time any of ``members`` delivered nothing into its T-global (its
+    ``eventsOut``, sampled about every 0.05 s by a thread) between start and stop."""
+
+    def __init__(self, group: LocalSidecarGroup, members: Sequence[str]) -> None:
+        self._group = group
+        self._members = members
+        self._stop = threading.Event()
+        self.longest = 0.0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _delivered(self, member: str) -> int:
+        return int((self._group.status(member) or {}).get("eventsOut", 0))
+
+    def _run(self) -> None:
+        last = {m: (time.monotonic(), self._delivered(m)) for m in self._members}
+        while not self._stop.wait(0.05):  # the sampling interval, not synchronisation
+            for m in self._members:
+                now, count = time.monotonic(), self._delivered(m)
+                at, before = last[m]
+                self.longest = max(self.longest, now - at)
+                if count > before:
+                    last[m] = (now, count)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join(10)
+        return self.longest
