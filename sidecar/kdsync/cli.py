@@ -248,13 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     status.set_defaults(handler=_status)
     members = commands.add_parser(
         "members",
-        help="show a running group's configuration, remove a member, or add a witness",
+        help="show a running group's configuration, remove a member, or add one",
         description="Talks to the sidecars' HTTP ports (give every member, so the leader is "
         "found). `remove` waits until a data member has ordered every event it read (stop "
         "producing to it first), has the leader append the change, waits for its commit, "
         "and then tells you to stop the removed member's sidecar. `add NAME --witness` adds "
         "a witness whose sidecar already runs (its file names the group's members and "
-        "itself) and waits until it follows the group. A sidecar takes membership "
+        "itself) and waits until it follows the group. `add NAME --member-config FILE --peer "
+        "HOST:PORT` adds a data member whose sidecar does not run yet: learner, Spark "
+        "backfill of its T-global, then start it when told; it waits until it votes. A "
+        "sidecar takes membership "
         "changes only with allowMembershipChanges: true, and only from its own host.",
     )
     actions = members.add_subparsers(dest="action", required=True)
