@@ -79,7 +79,14 @@ def _members(args: argparse.Namespace) -> int:
     try:
         if args.action == "show":
             return members_command.show(urls, print)
-        if args.action == "add" and not args.witness and args.member_config is not None:
+        if args.action == "add" and args.member_config is not None:
+            if args.witness:
+                print(
+                    "kdsync members add: --member-config is for a data member (its backfill "
+                    "needs its Kafka); a witness's sidecar runs first: drop one of the two",
+                    file=sys.stderr,
+                )
+                return 2
             return _add_data_member(args, urls)
         if args.action == "add":
             return members_command.add(
@@ -118,19 +125,13 @@ def _add_data_member(args: argparse.Namespace, urls: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.peer is None:
-        print(
-            f"kdsync members add: give --peer HOST:PORT, where the others dial {args.member} "
-            f"(its config says {config.own_member.peer})",
-            file=sys.stderr,
-        )
-        return 2
     backfill = Backfill(config, lambda: audit_session(args.spark_master, {}), print)
     try:
         return members_command.add_data_member(
             urls,
             args.member,
-            peer=args.peer,
+            # Where the others dial it: its own entry's peer, unless given.
+            peer=args.peer or config.own_member.peer,
             member_url=_local_url(config.http),
             seed=backfill,
             timeout=args.timeout,
@@ -295,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             sub.add_argument(
                 "--peer",
-                help="host:port the others dial it at (default: what its sidecar reports)",
+                help="host:port the others dial it at (default: what its sidecar reports; for a "
+                "data member, its own entry in --member-config)",
             )
         if action != "show":
             sub.add_argument(

@@ -58,6 +58,7 @@ def test_a_member_in_force_the_file_lacks_is_a_clear_error() -> None:
         membership_in_force(FILE, {"m1": ledger(60, grown, *FILE)})
     message = str(raised.value)
     assert "m4" in message and "log index 59" in message and "add each to members[]" in message
+    assert "joined" not in message, "a member listed in no file may be an old one"
 
 
 def _summary(membership: ReportMembership | None) -> str:
@@ -80,3 +81,15 @@ def test_the_summary_names_members_that_left_and_those_not_read() -> None:
     assert "left the group" not in _summary(ReportMembership(checked=["m1", "m2"]))
     text = _summary(ReportMembership(checked=["m1", "m2"], departed=["m3", "m4"], not_read=["m4"]))
     assert text.endswith("across 2 member(s); left the group: m3, m4 (not read)")
+
+
+def test_a_learner_is_checked_once_its_backfill_wrote_its_ledger() -> None:
+    grown = Configuration(voters=FILE, learners=("m4",))
+    files = (*FILE, "m4")
+    joining = membership_in_force(files, {"m1": ledger(60, grown, *FILE), "m4": None})
+    assert joining.checked == FILE and joining.joining == ("m4",)
+    assert joining.departed == (), "a member joining has not left"
+    seeded = membership_in_force(files, {"m1": ledger(60, grown, *FILE), "m4": ledger(55)})
+    assert seeded.checked == files and seeded.joining == ()
+    # Joining, and not in the file yet: no error (nothing of it to read).
+    assert membership_in_force(FILE, {"m1": ledger(60, grown, *FILE)}).joining == ("m4",)

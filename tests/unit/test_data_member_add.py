@@ -53,12 +53,14 @@ VOTER = _config(70, ["m1", "m2", "m3", "m4"], [])
 class Seeds:
     """The backfill port: records each call, then the scripted m4 sidecar starts."""
 
-    def __init__(self, group: ScriptedGroup) -> None:
+    def __init__(self, group: ScriptedGroup, seeds: bool = True) -> None:
         self.group = group
+        self.seeds = seeds  # what the backfill finds: not seeded yet (True), or seeded
         self.calls: list[tuple[list[str], float]] = []
 
-    def __call__(self, statuses: Statuses, deadline: float) -> None:
+    def __call__(self, statuses: Statuses, deadline: float) -> bool:
         self.calls.append((sorted(statuses()), deadline))
+        return self.seeds
 
 
 def _add(
@@ -112,18 +114,23 @@ def test_a_data_member_is_added_as_a_learner_seeded_then_waited_for_until_it_vot
     assert "m4 votes now: m1, m2, m3, m4 (index 70, committed)" in output
 
 
-def test_a_run_after_the_sidecar_was_started_does_not_seed_again(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("seeded_before", [True, False])
+def test_a_run_after_the_sidecar_was_started_asks_the_backfill_all_the_same(
+    monkeypatch: pytest.MonkeyPatch, seeded_before: bool
 ) -> None:
+    """Whether m4 answers says nothing about its cluster: the backfill decides from there
+    (seeded already, or seeds it now, fencing the sidecar that ran too early)."""
     group = _group()
     _set_config(group, LEARNER)
     group.statuses[M4_URL] = _status("m4", "follower", allDurable=60, appliedIndex=55)
     group.answers["u1"] = iter([(200, {"outcome": "already-a-member", "index": 60})])
     group.on_sleep.append(lambda g: _set_config(g, VOTER))
-    seed = Seeds(group)
+    seed = Seeds(group, seeds=not seeded_before)
     output = _add(group, monkeypatch, seed)
-    assert seed.calls == [], "m4 runs: it was seeded before it was started"
+    assert len(seed.calls) == 1
     assert "m4 is in the newest configuration already; resuming" in output
+    assert ("Restart m4's sidecar now" in output) is not seeded_before
+    assert "Start m4's sidecar now" not in output
     assert "m4 votes now" in output
 
 
@@ -153,8 +160,13 @@ def test_a_member_never_started_ends_at_the_deadline_with_what_to_do(
     group.answers["u1"] = iter([(200, {"outcome": "appended", "index": 60})])
     group.on_sleep.append(lambda g: _set_config(g, LEARNER))
     seed = Seeds(group)
-    with pytest.raises(MembersCommandError, match=r"m4 is not a voter yet: its sidecar does not"):
+    with pytest.raises(
+        MembersCommandError, match=r"m4 is not a voter yet: its sidecar does not"
+    ) as e:
         _add(group, monkeypatch, seed, timeout=10.0)
+    assert "no member trims its ordering log" in str(e.value) and "members remove m4" in str(
+        e.value
+    )
     assert len(seed.calls) == 1
 
 

@@ -73,6 +73,10 @@ def _bounds(
         # History removed by retention: start where every trimmed member still has events.
         trimmed = [stats[r.member].low for r in plan.globals if r.trimmed and r.member in stats]
         first = max(trimmed, default=0)
+    if options.from_seq is None:
+        # A member seeded by a backfill from a trimmed donor holds nothing below its
+        # hand-over's firstSeq: the range starts there at the earliest (docs/audit.md).
+        first = max([first, *(r.first_seq for r in plan.globals)])
     highest = max((s.high for s in stats.values()), default=first - 1)
     last = highest if options.to_seq is None else options.to_seq
     return Bounds(plan.topic, first, max(last, first - 1))
@@ -157,6 +161,8 @@ def _membership(plan: AuditPlan) -> ReportMembership:
         not_read=list(plan.unread),
         config_index=0 if membership is None else membership.config_index,
         source=None if membership is None else membership.source,
+        seeded={m: dict(h) for m, h in plan.handovers.items()},
+        joining=[] if membership is None else list(membership.joining),
     )
 
 
@@ -213,6 +219,12 @@ def run_audit(
             audited_ends=_audited_ends(plan, state) if options.from_seq is None else {},
             departed=plan.departed,
             unread=plan.unread,
+            first_seqs={
+                (p.topic, rng.member): rng.first_seq
+                for p in plan.topics
+                for rng in p.globals
+                if rng.first_seq > 0
+            },
         )
         with _phase("seq counts per member"):
             counts = collect_seq_counts(in_range(events, bounds_frame(spark, bounds)), facts)

@@ -31,6 +31,8 @@ class AuditMembership:
     departed: tuple[str, ...] = ()
     config_index: int = 0
     source: str | None = None
+    # Learners not seeded yet (no ledger: their backfill runs): not read at all.
+    joining: tuple[str, ...] = ()
 
 
 def membership_in_force(
@@ -49,19 +51,24 @@ def membership_in_force(
     source = newest[2]
     ledger = ledgers[source]
     assert ledger is not None and ledger.config is not None
-    in_force = ledger.config.data_members
+    config = ledger.config
+    # A learner is checked once a backfill seeded it (it has a ledger); before, its
+    # T-global is a copy under way, partition by partition.
+    joining = tuple(m for m in config.learners if ledgers.get(m) is None)
+    in_force = [m for m in config.data_members if m not in joining]
     unknown = [m for m in in_force if m not in file_members]
     if unknown:
         raise MembershipProblem(
-            f"member {source}'s ledger says data member(s) {', '.join(unknown)} joined the "
-            f"group (configuration at log index {ledger.config_index}), but the config file "
+            f"member {source}'s ledger names data member(s) {', '.join(unknown)} in the "
+            f"group's configuration (log index {ledger.config_index}), but the config file "
             "does not list them: add each to members[] with its kafka section"
         )
     marked = {origin for origin, _, _ in ledger.marks}
-    departed = sorted((set(file_members) | marked) - set(in_force))
+    departed = sorted((set(file_members) | marked) - set(in_force) - set(joining))
     return AuditMembership(
         checked=tuple(m for m in file_members if m in in_force),
         departed=tuple(departed),
         config_index=ledger.config_index,
         source=source,
+        joining=joining,
     )

@@ -19,6 +19,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -27,7 +28,7 @@ from kdsync.audit.membership import AuditMembership, membership_in_force
 from kdsync.audit.state import AuditState
 from kdsync.config import MemberConfig, SidecarConfig
 from kdsync.kafka.errors import KafkaUnavailable
-from kdsync.kafka.ledger_reader import read_latest_ledger
+from kdsync.kafka.ledger_reader import first_seqs, read_latest_ledger, read_seeding
 from kdsync.kafka.partition_reader import reading_consumer
 from kdsync.ordering import LedgerState
 
@@ -57,6 +58,9 @@ class TopicRange:
     # Origins only: the committed source offset of kdsync-<group> per partition, or the
     # visible end where the group has not committed: events below it must be replicated.
     expected: Mapping[int, int] = field(default_factory=dict)
+    # T-globals of a member seeded by a backfill: the first seq it holds (its hand-over
+    # record's firstSeq; 0 for every other member).
+    first_seq: int = 0
 
     @property
     def records(self) -> int:
@@ -90,6 +94,8 @@ class AuditPlan:
     membership: AuditMembership | None = None
     # Members that left whose cluster did not answer: their origin topics are not read.
     unread: tuple[str, ...] = ()
+    # Members in force seeded by a backfill -> their hand-over record (kafka.ledger_reader).
+    handovers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def departed(self) -> tuple[str, ...]:
@@ -102,6 +108,7 @@ class _MemberClient:
     def __init__(self, group: str, member: MemberConfig, timeout: float) -> None:
         assert member.kafka is not None
         self.group = group
+        self.handover: dict[str, Any] | None = None
         self.name = member.name
         self.bootstrap = member.kafka.bootstrap_servers
         self.properties = dict(member.kafka.properties)
@@ -163,7 +170,8 @@ class _MemberClient:
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
 
     def ledger(self, listing: Mapping[str, list[int]]) -> LedgerState | None:
-        """The member's latest delivery ledger (None before its first delivery)."""
+        """The member's latest delivery ledger (None before its first delivery); also
+        reads its hand-over record (``handover``) if a backfill seeded it."""
         topic = naming.ledger_topic(self.group)
         if topic not in listing:
             return None
@@ -173,7 +181,10 @@ class _MemberClient:
             committed_only=True,
         )
         try:
-            return read_latest_ledger(consumer, topic, self.timeout)
+            latest = read_latest_ledger(consumer, topic, self.timeout)
+            if latest is not None:
+                self.handover = read_seeding(consumer, topic, self.timeout).handover
+            return latest
         except KafkaUnavailable as error:
             raise KafkaUnreachable(
                 f"member {self.name}: cannot read the group's ledger {topic} from Kafka at "
@@ -284,6 +295,7 @@ def plan_audit(
                         start,
                         end,
                         {p: marks[p][0] for p in partitions},
+                        first_seq=first_seqs(client.handover).get(topic, 0),
                     )
                 )
             plans.append(TopicPlan(topic, global_name, tuple(globals_), tuple(origins), committed))
@@ -293,6 +305,7 @@ def plan_audit(
             topics=tuple(plans),
             membership=membership,
             unread=tuple(m for m in membership.departed if m not in listings),
+            handovers={c.name: c.handover for c in global_clients if c.handover is not None},
         )
     finally:
         for client in clients:

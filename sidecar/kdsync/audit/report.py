@@ -8,6 +8,7 @@ changes meaning or disappears.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -65,13 +66,19 @@ class ReportMembership(_Model):
     """Whose ``T-global`` was checked: the data members in force, from the ledger of
     ``source`` (None: no membership change, the config file's members) at log index
     ``config_index``; ``departed`` left the group and were read as origins only, or not at
-    all (``not_read``: their cluster did not answer)."""
+    all (``not_read``: their cluster did not answer); ``seeded``, members in force that a
+    backfill seeded, with their hand-over records."""
 
     checked: list[str]
     departed: list[str] = Field(default_factory=list)
     not_read: list[str] = Field(default_factory=list)
     config_index: int = 0
     source: str | None = None
+    # Members seeded by a backfill -> their hand-over record (donor, appliedIndex, nextSeq,
+    # firstSeq per source topic, ...), as written into their ledger topic.
+    seeded: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Learners whose backfill has not finished: not read.
+    joining: list[str] = Field(default_factory=list)
 
 
 class Report(_Model):
@@ -120,6 +127,8 @@ def summarize(
             f"{m} (not read)" if m in membership.not_read else m for m in membership.departed
         )
         behind += f"; left the group: {left}"
+    if membership is not None and membership.joining:
+        behind += f"; joining (backfill under way, not read): {', '.join(membership.joining)}"
     if total == 0:
         return f"PASS group {group}: {span} consistent across {members} member(s){behind}"
     found = ", ".join(

@@ -1,18 +1,30 @@
 """Copy a donor member's ``T-global`` topics into a new member's cluster, below ``next_seq``.
 
 The driver plans with plain confluent-kafka: each topic's partitions, their committed
-offset ranges, and the refusals (a donor trimmed by retention, or behind ``next_seq``). It
-creates the target topics with the donor's partition count. Spark's Kafka source
+offset ranges, the seq it is copied from, and the refusals (a donor behind ``next_seq``).
+A donor whose ``T-global`` lost its beginning to retention is copied from the lowest seq
+``F`` from which it holds every seq below ``next_seq``: each seq lives in one partition and
+seqs increase with offsets, so ``F`` is the highest first seq of the trimmed partitions
+(``next_seq`` when one of them holds nothing any more: its lost seqs are unknown), and
+records below ``F`` are skipped everywhere. The new member's ``T-global`` then starts at
+``F`` (:attr:`CopyResult.first_seq`).
+
+The target's topics are surveyed before anything is written: one an earlier run wrote to
+keeps the seq it starts at, unless the donor has since been trimmed past its highest seq
+(a hole nobody could fill: refused). Then the driver creates the missing target topics
+with the donor's partition count. Spark's Kafka source
 (:func:`kdsync.audit.reader.read_range`, one Spark partition per Kafka partition, so offset
 order is kept) feeds one Python task per partition, which writes the records into the same
 partition of the target with a transactional producer whose id names that partition.
 
 A task calls ``init_transactions`` first: that fences any earlier attempt at the same
 partition (a crashed run, a retried or speculative Spark task) and aborts what it left
-open. Only then does it read the highest committed ``kdsync.seq`` in the target partition,
-so nothing of an earlier attempt can commit after that read, and skip the donor's records
-up to it. Transactions commit every ``COMMIT_RECORDS`` records or ``COMMIT_BYTES``: a run
-killed at any moment leaves a committed prefix, and the next run continues after it.
+open. Only then does it read the target partition's committed records (how many, the first
+and the highest ``kdsync.seq``), so nothing of an earlier attempt can commit after that
+read, and skip the donor's records up to the highest. Transactions commit every
+``COMMIT_RECORDS`` records or ``COMMIT_BYTES``: a run killed at any moment leaves a
+committed prefix, and the next run continues after it. Afterwards each target topic must
+hold as many records as there are seqs from its first seq to ``next_seq``.
 """
 
 from __future__ import annotations
@@ -36,11 +48,11 @@ from pyspark.sql import functions as F
 from kdsync.audit.kafka_options import java_kafka_options
 from kdsync.audit.positions import TopicRange
 from kdsync.audit.reader import read_range
-from kdsync.failover.kafka_io import KafkaPartitionLog
+from kdsync.failover.kafka_io import KafkaPartitionLog, seq_of
 from kdsync.kafka.client_config import admin_config, client_config
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.global_topic_rule import RETENTION_MS
-from kdsync.kafka.partition_reader import reading_consumer
+from kdsync.kafka.partition_reader import read_to_end, reading_consumer
 from kdsync.kafka.produce_pacing import PACED_PRODUCER, must_flush
 from kdsync.kafka.topics import GLOBAL_TOPIC_CONFIG, ClusterTopics
 from kdsync.ordering.events import Header, header_bytes
@@ -52,8 +64,8 @@ COMMIT_RECORDS = 5_000
 COMMIT_BYTES = 8 * 1024 * 1024
 # What confluent-kafka's produce() takes as headers.
 _Headers = list[tuple[str, str | bytes | None]]
-# One task's outcome: (topic, partition, present, copied, below next_seq, error or None).
-_Outcome = tuple[str, int, int, int, int, str | None]
+# One task's outcome: (topic, partition, present, copied, error or None).
+_Outcome = tuple[str, int, int, int, str | None]
 
 
 class BackfillError(RuntimeError):
@@ -70,6 +82,8 @@ class KafkaEndpoint:
 class CopyResult:
     copied: dict[str, int]  # global topic -> records written by this run
     present: dict[str, int]  # global topic -> records already there before this run
+    # Global topic -> the first seq the target's topic holds: it holds [first_seq, next_seq).
+    first_seq: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,20 @@ class _TopicPlan:
     start: dict[int, int]  # donor offsets to read, [start, end) read_committed
     end: dict[int, int]
     config: dict[str, str]  # for the target topic, if it has to be created
+    first: int  # F: the donor holds every seq in [first, next_seq)
+
+    def trimmed(self, partition: int) -> bool:
+        """Whether retention deleted the beginning of this donor partition."""
+        return self.start[partition] > 0
+
+
+@dataclass(frozen=True)
+class _Held:
+    """The committed records of one target partition (or topic): count, lowest, highest seq."""
+
+    count: int
+    first: int
+    last: int
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,8 @@ class _TaskSettings:
     target: str
     properties: dict[str, str]  # the target's
     upto: dict[str, int]
+    first: dict[str, int]  # topic -> its first seq in the target: lower records are skipped
+    trimmed: frozenset[tuple[str, int]]  # donor partitions that retention trimmed
     transactional_prefix: str
     timeout: float
     commit_records: int
@@ -105,28 +135,47 @@ def copy_global_topics(
     *,
     timeout: float = 30.0,
 ) -> CopyResult:
-    """Make ``target``'s topics hold exactly ``donor``'s records with ``kdsync.seq`` below
-    ``upto[topic]``: copies what is missing after the target's committed prefix."""
+    """Make ``target``'s topics hold exactly ``donor``'s records with ``kdsync.seq`` from
+    their first seq (see :class:`CopyResult`) below ``upto[topic]``: copies what is missing
+    after the target's committed prefix."""
     # Every topic is planned (and may be refused) before anything is created or written.
     plans = _plan(donor, upto, timeout)
-    _prepare_target(target, plans, timeout)
+    first = _survey_target(donor.member, target, plans, timeout)
+    _create_target(target, plans, timeout)
     settings = _TaskSettings(
         donor=donor.member,
         target=target.member,
         properties=dict(target.properties),
         upto={plan.topic: plan.next_seq for plan in plans},
+        first=first,
+        trimmed=frozenset(
+            (plan.topic, p) for plan in plans for p in range(plan.partitions) if plan.trimmed(p)
+        ),
         transactional_prefix=transactional_prefix,
         timeout=timeout,
         commit_records=COMMIT_RECORDS,
         commit_bytes=COMMIT_BYTES,
     )
-    frames = [frame for plan in plans if (frame := _donor_frame(spark, donor, plan)) is not None]
+    frames = [
+        frame
+        for plan in plans
+        if (frame := _donor_frame(spark, donor, plan, first[plan.topic])) is not None
+    ]
     outcomes: list[_Outcome] = []
     if frames:
         union = functools.reduce(DataFrame.unionByName, frames)
         spark.sparkContext.setJobDescription(f"kdsync backfill {donor.member} -> {target.member}")
         copy = functools.partial(_copy_partition, settings)
         outcomes = list(union.rdd.mapPartitions(copy).collect())
+    # Partitions no task saw (the donor has no record to copy there): the driver fences
+    # earlier attempts at them, and counts and checks what the target holds, as a task does.
+    tasked = {(topic, partition) for topic, partition, *_ in outcomes}
+    outcomes.extend(
+        _copy(settings, plan.topic, p, iter(()))
+        for plan in plans
+        for p in range(plan.partitions)
+        if (plan.topic, p) not in tasked
+    )
     errors = sorted(error for *_, error in outcomes if error is not None)
     if errors:
         raise BackfillError(
@@ -135,26 +184,29 @@ def copy_global_topics(
         )
     copied: dict[str, int] = {plan.topic: 0 for plan in plans}
     present: dict[str, int] = {plan.topic: 0 for plan in plans}
-    below: dict[str, int] = {plan.topic: 0 for plan in plans}
-    for topic, _, had, wrote, seen, _ in outcomes:
+    for topic, _, had, wrote, _ in outcomes:
         present[topic] += had
         copied[topic] += wrote
-        below[topic] += seen
     for plan in plans:
+        topic, start = plan.topic, first[plan.topic]
         log.info(
-            "%s: copied %d record(s) from %s to %s, %d were there already (seqs below %d)",
-            plan.topic, copied[plan.topic], donor.member, target.member,
-            present[plan.topic], plan.next_seq,
+            "%s: copied %d record(s) from %s to %s, %d were there already (seqs %d to %d)",
+            topic, copied[topic], donor.member, target.member, present[topic], start,
+            plan.next_seq - 1,
         )  # fmt: skip
-        # Seqs are gapless from 0 and each lives in one partition: anything else is a hole
-        # (or a repeat) in the donor, which the copy has faithfully reproduced.
-        if below[plan.topic] != plan.next_seq:
+        # Seqs are gapless and each lives in one partition; every record counted is in
+        # [start, next_seq), in increasing order within its partition: a count that differs
+        # is a hole (or a repeat), in the donor or left by a trimming between two runs.
+        if present[topic] + copied[topic] != plan.next_seq - start:
             raise BackfillError(
-                f"donor {donor.member}'s {plan.topic} holds {below[plan.topic]} record(s) "
-                f"below seq {plan.next_seq}, not {plan.next_seq}: its seqs have holes or "
-                "repeats; run the audit on it, and backfill from another member"
+                f"{target.member}'s {topic} holds {present[topic] + copied[topic]} record(s) "
+                f"with seqs {start} to {plan.next_seq - 1} ({present[topic]} there before, "
+                f"{copied[topic]} copied), not {plan.next_seq - start}: donor "
+                f"{donor.member}'s seqs have holes or repeats, or it lost to retention seqs an "
+                "earlier run had not copied yet; run the audit on it, delete "
+                f"{target.member}'s {topic} and backfill again (from another member if need be)"
             )
-    return CopyResult(copied=copied, present=present)
+    return CopyResult(copied=copied, present=present, first_seq=first)
 
 
 def _plan(donor: KafkaEndpoint, upto: Mapping[str, int], timeout: float) -> list[_TopicPlan]:
@@ -175,9 +227,7 @@ def _plan(donor: KafkaEndpoint, upto: Mapping[str, int], timeout: float) -> list
             logs = [KafkaPartitionLog(consumer, topic, p, timeout) for p in range(count)]
             try:
                 lows = topics.earliest_offsets(parts, timeout)
-                for p, low in ((p, lows[(topic, p)]) for p in range(count)):
-                    if low > 0:
-                        _refuse_trimmed(donor.member, logs[p], low)
+                first = _first_complete(logs, lows, next_seq)
                 last = max((_last_seq(entry) for entry in logs), default=-1)
                 if last < next_seq - 1:
                     raise BackfillError(
@@ -191,12 +241,17 @@ def _plan(donor: KafkaEndpoint, upto: Mapping[str, int], timeout: float) -> list
                 raise BackfillError(
                     f"cannot plan the copy of donor {donor.member}'s {topic}: {exc}"
                 ) from exc
+            if first > 0:
+                log.info(
+                    "%s: retention trimmed donor %s's: it holds every seq from %d only",
+                    topic, donor.member, first,
+                )  # fmt: skip
             plans.append(
                 _TopicPlan(
                     topic, next_seq, count,
                     start={p: lows[(topic, p)] for p in range(count)},
                     end={p: ends[(topic, p)] for p in range(count)},
-                    config=config,
+                    config=config, first=first,
                 )
             )  # fmt: skip
         return plans
@@ -204,18 +259,24 @@ def _plan(donor: KafkaEndpoint, upto: Mapping[str, int], timeout: float) -> list
         consumer.close()
 
 
-def _refuse_trimmed(member: str, partition_log: KafkaPartitionLog, low: int) -> None:
-    """Retention deleted the start of this partition unless it still starts at seq 0 (with
-    several partitions, only one holds seq 0: the others are refused, conservatively)."""
-    first = partition_log.read_from(low)
-    if first and first[0].seq == 0:
-        return
-    where = f"{partition_log.topic}[{partition_log.partition}]"
-    start = f"seq {first[0].seq}" if first else "no record at all"
-    raise BackfillError(
-        f"donor {member}'s {partition_log.topic} starts at {start} (retention; {where} begins "
-        f"at offset {low}): a backfill from a trimmed T-global is not supported yet"
-    )
+def _first_complete(
+    logs: list[KafkaPartitionLog], lows: Mapping[tuple[str, int], int], next_seq: int
+) -> int:
+    """F: the lowest seq from which the partitions hold every seq below ``next_seq``.
+
+    A partition retention never trimmed holds all its seqs. A trimmed one holds all of its
+    seqs from its first committed record on, and lost lower ones nobody knows: each seq
+    lives in one partition, so below the highest such first seq some may be missing. A
+    trimmed partition that holds no committed record may have lost any seq: F = next_seq.
+    """
+    first = 0
+    for partition_log in logs:
+        low = lows[(partition_log.topic, partition_log.partition)]
+        if low == 0:
+            continue
+        held = partition_log.read_from(low)
+        first = max(first, held[0].seq if held else next_seq)
+    return min(first, next_seq)
 
 
 def _last_seq(partition_log: KafkaPartitionLog) -> int:
@@ -237,24 +298,66 @@ def _target_config(admin: AdminClient, topic: str, timeout: float) -> dict[str, 
     return config
 
 
-def _prepare_target(target: KafkaEndpoint, plans: list[_TopicPlan], timeout: float) -> None:
+def _survey_target(
+    donor: str, target: KafkaEndpoint, plans: list[_TopicPlan], timeout: float
+) -> dict[str, int]:
+    """Each topic's first seq in the target: where the records an earlier run copied start,
+    else the donor's F (``next_seq`` when nothing is to be copied). Refuses a target topic
+    with another partition count, or one the donor has since been trimmed past."""
+    existing = ClusterTopics(target.properties, timeout).partitions()
+    consumer = reading_consumer(
+        target.properties, f"kdsync-backfill-plan-{uuid.uuid4().hex[:8]}",
+        committed_only=True, fetch_wait_ms=50,
+    )  # fmt: skip
+    first: dict[str, int] = {}
+    try:
+        for plan in plans:
+            have = existing.get(plan.topic)
+            if have is not None and have != plan.partitions:
+                raise BackfillError(
+                    f"{target.member}'s {plan.topic} has {have} partition(s), the donor's "
+                    f"{plan.partitions}: records must keep their partition; delete it or fix it"
+                )
+            ends: list[tuple[int, int]] = []  # (first, last) seq of each non-empty partition
+            for p in range(have or 0):
+                partition_log = KafkaPartitionLog(consumer, plan.topic, p, timeout)
+                low, end = partition_log.bounds()
+                held = partition_log.read_from(low)
+                last = partition_log.last_before(end)
+                if held and last is not None:
+                    ends.append((held[0].seq, last.seq))
+            if not ends:
+                first[plan.topic] = plan.first
+                continue
+            highest = max(last for _, last in ends)
+            if plan.first > highest + 1:
+                raise BackfillError(
+                    f"donor {donor}'s {plan.topic} was trimmed past what an earlier run copied "
+                    f"(seq {highest}; it holds every seq from {plan.first} only): delete "
+                    f"{target.member}'s {plan.topic} and run again"
+                )
+            first[plan.topic] = min(start for start, _ in ends)
+    except (KafkaException, KafkaUnavailable, RecordFormatError) as exc:
+        raise BackfillError(f"cannot read what {target.member} holds already: {exc}") from exc
+    finally:
+        consumer.close()
+    return first
+
+
+def _create_target(target: KafkaEndpoint, plans: list[_TopicPlan], timeout: float) -> None:
     topics = ClusterTopics(target.properties, timeout)
     existing = topics.partitions()
     for plan in plans:
-        have = existing.get(plan.topic)
-        if have is not None and have != plan.partitions:
-            raise BackfillError(
-                f"{target.member}'s {plan.topic} has {have} partition(s), the donor's "
-                f"{plan.partitions}: records must keep their partition; delete it or fix it"
-            )
-        if have is None:
+        if plan.topic not in existing:
             topics.ensure(plan.topic, plan.partitions, plan.config)
 
 
-def _donor_frame(spark: SparkSession, donor: KafkaEndpoint, plan: _TopicPlan) -> DataFrame | None:
+def _donor_frame(
+    spark: SparkSession, donor: KafkaEndpoint, plan: _TopicPlan, first: int
+) -> DataFrame | None:
     """The donor's planned records of one topic, or None when there is nothing to read."""
     wanted = [p for p in range(plan.partitions) if plan.end[p] > plan.start[p]]
-    if plan.next_seq == 0 or not wanted:
+    if first >= plan.next_seq or not wanted:
         return None
     properties = {k: v for k, v in donor.properties.items() if k != "bootstrap.servers"}
     _, unsupported = java_kafka_options(properties)
@@ -265,8 +368,8 @@ def _donor_frame(spark: SparkSession, donor: KafkaEndpoint, plan: _TopicPlan) ->
         start={p: plan.start[p] for p in wanted}, end={p: plan.end[p] for p in wanted},
     )  # fmt: skip
     log.info(
-        "%s: copying seqs below %d from %s (%d partition(s), %d offset(s) to read)",
-        plan.topic, plan.next_seq, donor.member, plan.partitions, rng.records,
+        "%s: copying seqs %d to %d from %s (%d partition(s), %d offset(s) to read)",
+        plan.topic, first, plan.next_seq - 1, donor.member, plan.partitions, rng.records,
     )  # fmt: skip
     # Milliseconds as a number: a Spark timestamp reaches Python as a local-time datetime.
     return read_range(spark, rng).select(
@@ -285,16 +388,22 @@ def _copy_partition(settings: _TaskSettings, rows: Iterator[Any]) -> Iterator[_O
     first = next(rows, None)
     if first is None:
         return
-    copier = _PartitionCopier(settings, str(first.topic), int(first.partition))
+    yield _copy(settings, str(first.topic), int(first.partition), itertools.chain([first], rows))
+
+
+def _copy(settings: _TaskSettings, topic: str, partition: int, rows: Iterator[Any]) -> _Outcome:
+    """Copy these rows of one donor partition (with none: fence, count and check what the
+    target partition holds)."""
+    copier = _PartitionCopier(settings, topic, partition)
     error: str | None = None
     try:
-        copier.run(itertools.chain([first], rows))
+        copier.run(rows)
     except (BackfillError, KafkaException, KafkaUnavailable) as exc:
         copier.abort()
         error = str(exc) if isinstance(exc, BackfillError) else f"{copier.where}: {exc}"
     finally:
         copier.close()
-    yield (copier.topic, copier.partition, copier.present, copier.copied, copier.below, error)
+    return (copier.topic, copier.partition, copier.present, copier.copied, error)
 
 
 class _PartitionCopier:
@@ -304,7 +413,9 @@ class _PartitionCopier:
         self.partition = partition
         self.where = f"{settings.target}'s {topic}[{partition}]"
         self.next_seq = settings.upto[topic]
-        self.present = self.copied = self.below = 0
+        self.first_seq = settings.first[topic]
+        self.trimmed = (topic, partition) in settings.trimmed  # the donor's partition
+        self.present = self.copied = 0
         self._pending = self._pending_bytes = self._queued = 0
         self._open = False
         self._errors: list[KafkaError] = []
@@ -319,13 +430,25 @@ class _PartitionCopier:
     def run(self, rows: Iterator[Any]) -> None:
         timeout = self.settings.timeout
         self._producer.init_transactions(timeout)  # fences earlier attempts: before the read
-        last = self._target_last_seq()
-        if last is not None and last >= self.next_seq:
-            raise BackfillError(
-                f"{self.where} already holds seq {last}, at or above next_seq {self.next_seq}: "
-                "it was written by something other than this backfill"
-            )
-        matched = last is None  # the target's last record found among the donor's
+        held = self._target_held()
+        last = None if held is None else held.last
+        if held is not None:
+            if held.last >= self.next_seq:
+                raise BackfillError(
+                    f"{self.where} already holds seq {held.last}, at or above next_seq "
+                    f"{self.next_seq}: it was written by something other than this backfill"
+                )
+            if held.first < self.first_seq:
+                raise BackfillError(
+                    f"{self.where} holds seq {held.first}, below seq {self.first_seq} where "
+                    f"{self.settings.target}'s {self.topic} starts: another run wrote to it "
+                    "meanwhile; run again"
+                )
+            self.present = held.count
+        # The target's last record must be found among the donor's, unless retention took
+        # it from the donor: then every record the donor still has there comes after it.
+        matched = held is None
+        seen = False  # a donor record from first_seq on, below next_seq
         previous: int | None = None
         for row in rows:
             headers: list[Header] = [(h.key, _bytes(h.value)) for h in row.headers or ()]
@@ -345,36 +468,47 @@ class _PartitionCopier:
             previous = seq
             if seq >= self.next_seq:
                 break
-            self.below += 1
-            if last is not None and seq <= last:
-                self.present += 1
-                matched = matched or seq == last
+            if seq < self.first_seq:
                 continue
+            if last is not None and seq <= last:
+                matched = matched or seq == last
+                seen = True
+                continue
+            matched = matched or (self.trimmed and not seen)
+            seen = True
             if not matched:
                 break
             self._produce(_bytes(row.key), _bytes(row.value), headers, int(row.timestamp_ms))
         for _ in rows:  # read the partition to its end, as Spark's feeder expects
             pass
-        if not matched:
+        if not matched and not (self.trimmed and not seen):
             raise BackfillError(
                 f"{self.where} ends at seq {last}, which donor {self.settings.donor}'s "
                 "partition does not hold below next_seq: the target holds another history"
             )
         self._commit()
 
-    def _target_last_seq(self) -> int | None:
-        """The highest committed seq in the target partition (None: it holds none)."""
+    def _target_held(self) -> _Held | None:
+        """The target partition's committed records, read to its end (None: it holds none);
+        their seqs must increase."""
         consumer = reading_consumer(
             self.settings.properties, f"{self.settings.transactional_prefix}.reader",
             committed_only=True, fetch_wait_ms=50,
         )  # fmt: skip
+        count, first, last = 0, -1, -1
         try:
-            partition_log = KafkaPartitionLog(
-                consumer, self.topic, self.partition, self.settings.timeout
-            )
-            _, end = partition_log.bounds()
-            # Searches back from the end past markers and aborted transactions.
-            located = partition_log.last_before(end)
+            for message in read_to_end(
+                consumer, self.topic, self.partition, timeout=self.settings.timeout
+            ):
+                seq = seq_of(message)
+                if count and seq <= last:
+                    raise BackfillError(
+                        f"{self.where} offset {message.offset()} has seq {seq}, not above the "
+                        f"previous record's {last}: it was written by something other than "
+                        "this backfill"
+                    )
+                first = seq if count == 0 else first
+                count, last = count + 1, seq
         except RecordFormatError as exc:
             raise BackfillError(
                 f"{self.where} holds a record that is not a kdsync T-global record "
@@ -382,7 +516,7 @@ class _PartitionCopier:
             ) from None
         finally:
             consumer.close()
-        return None if located is None else located.seq
+        return _Held(count, first, last) if count else None
 
     def _on_delivery(self, error: KafkaError | None, _: Message) -> None:
         if error is not None:

@@ -22,8 +22,9 @@ from kdsync.backfill.seeding import (
     SeedingError,
     applied_everywhere,
     choose_donor,
-    read_ledger,
+    read_state,
     seed_ledger,
+    write_marker,
     write_seed,
 )
 from kdsync.config import MemberConfig, SidecarConfig
@@ -58,30 +59,64 @@ class Backfill:
         self.member = config.member
         self._prefix = f"{naming.transactional_id(config.group, self.member)}.backfill"
 
-    def __call__(self, statuses: Statuses, deadline: float) -> None:
+    def __call__(self, statuses: Statuses, deadline: float) -> bool:
+        """Seed the new member (True), or find it seeded by an earlier run (False)."""
         target = self._kafka_member(self.member)
-        if read_ledger(target, self._config.group, self._timeout) is not None:
+        there = read_state(target, self._config.group, self._timeout)
+        if there.ledger is not None:
+            self._check_seeded(there.ledger, statuses, deadline)
             self._out(f"{self.member}'s cluster holds its ledger already: the backfill is done")
-            return
+            return False
+        # Before anything is copied: its sidecar now refuses to start (and one started too
+        # early is fenced) until the ledger is written.
+        write_marker(target, self._config.group, self._timeout)
         while True:
             seen = statuses()
             data_members = self._data_members(seen)
-            choice = choose_donor(seen, data_members)
+            try:
+                choice = choose_donor(seen, data_members)
+            except SeedingError as error:  # a member missed this poll: ask again
+                self._wait(deadline, str(error))
+                continue
             donor = self._kafka_member(choice.donor)
-            ledger = read_ledger(donor, self._config.group, self._timeout)
+            ledger = read_state(donor, self._config.group, self._timeout).ledger
             if ledger is None or ledger.applied_index < choice.floor:
                 self._wait(
                     deadline,
-                    f"{choice.donor} has applied nothing at or past index {choice.floor} "
-                    "(what the group's logs may trim): it is far behind or halted; it holds "
-                    "the new member back until it applies",
+                    f"{choice.donor} has not applied index {choice.floor} (what the group's "
+                    "logs may trim) yet: it is behind or halted, and holds the new member back",
                 )
                 continue
             point = ledger.applied_index
             while behind := applied_everywhere(statuses(), data_members, point):
-                self._wait(deadline, f"{', '.join(behind)} did not apply index {point} yet")
+                self._wait(
+                    deadline,
+                    f"{', '.join(behind)} did not answer, or did not apply index {point} yet",
+                )
             self._copy(donor, ledger, point)
-            return
+            return True
+
+    def _check_seeded(self, ledger: LedgerState, statuses: Statuses, deadline: float) -> None:
+        """A ledger found on the new member's cluster must be one the group's logs can
+        continue from: not one seeded for an earlier attempt (the logs were trimmed after
+        that attempt was given up), nor a former member's of the same name."""
+        while True:
+            seen = statuses()
+            data_members = self._data_members(seen)
+            try:
+                floor = choose_donor(seen, data_members).floor
+                break
+            except SeedingError as error:
+                self._wait(deadline, str(error))
+        if ledger.applied_index < floor:
+            topics = naming.ledger_topic(self._config.group), naming.log_topic(self._config.group)
+            raise SeedingError(
+                f"{self.member}'s cluster holds a ledger at applied index "
+                f"{ledger.applied_index}, but the group's logs may be trimmed up to {floor}: "
+                "it was seeded for an earlier attempt that was given up, or it is a former "
+                f"member's. Delete {', '.join(topics)} and its T-global topics there, then run "
+                "the command again"
+            )
 
     def _copy(self, donor: MemberConfig, ledger: LedgerState, point: int) -> None:
         """Copy up to ``ledger``, then seed. The copy refuses a target that holds more than
@@ -89,11 +124,12 @@ class Backfill:
         point and this one chose an earlier one): running the command again chooses anew."""
         # Heartbeat T-globals keep a day and serve only the lag metrics: not copied (the
         # new member's starts with the first live heartbeat; the writer expects that).
-        upto = {
-            self._config.topics.global_topic(t): n
-            for t, n in ledger.next_seq.items()
+        sources = {
+            self._config.topics.global_topic(t): t
+            for t in ledger.next_seq
             if not naming.is_heartbeat_topic(t)
         }
+        upto = {g: ledger.next_seq[t] for g, t in sources.items()}
         shown = ", ".join(f"{t} below seq {n}" for t, n in sorted(upto.items())) or "nothing"
         self._out(f"backfill from {donor.name} at applied index {point}: {shown}")
         result = copy_global_topics(
@@ -104,22 +140,14 @@ class Backfill:
             self._prefix,
             timeout=self._timeout,
         )
-        held = {t: result.present.get(t, 0) + result.copied.get(t, 0) for t in upto}
-        short = {t: (held[t], n) for t, n in upto.items() if held[t] != n}
-        if short:
-            raise SeedingError(
-                f"the copy into {self.member} ended short of the point: {short} "
-                "(held, wanted); run the command again"
-            )
+        # Where the new member's T-global starts: seq 0, or later when the donor's was
+        # trimmed by retention; a topic not copied starts with its first live event.
+        first_seq = dict(ledger.next_seq)
+        first_seq.update({sources[g]: seq for g, seq in result.first_seq.items()})
         seeded = seed_ledger(ledger, self._startup())
-        handover = _handover(donor.name, ledger, result.copied, result.present)
+        handover = _handover(donor.name, ledger, first_seq, result.copied, result.present)
         write_seed(
-            self._kafka_member(self.member),
-            self._config.group,
-            seeded,
-            handover,
-            f"{self._prefix}.ledger",
-            self._timeout,
+            self._kafka_member(self.member), self._config.group, seeded, handover, self._timeout
         )
         copied = sum(result.copied.values())
         self._out(
@@ -153,7 +181,11 @@ class Backfill:
 
     def _wait(self, deadline: float, problem: str) -> None:
         if self._clock() >= deadline:
-            raise SeedingError(f"{problem}; give a longer --timeout, or run the command again")
+            raise SeedingError(
+                f"{problem}; give a longer --timeout, or run the command again. Until the new "
+                f"member catches up, no member trims its ordering log: to give up, "
+                f"`kdsync members remove {self.member}`"
+            )
         self._sleep(POLL_SECONDS)
 
 
@@ -163,15 +195,21 @@ def _endpoint(member: MemberConfig) -> KafkaEndpoint:
 
 
 def _handover(
-    donor: str, ledger: LedgerState, copied: Mapping[str, int], present: Mapping[str, int]
+    donor: str,
+    ledger: LedgerState,
+    first_seq: Mapping[str, int],
+    copied: Mapping[str, int],
+    present: Mapping[str, int],
 ) -> dict[str, Any]:
-    """What the audit and an SRE need to prove the hand-over: where live ordering took
-    over (the first live seq of each topic is ``nextSeq``) and what was copied from whom."""
+    """What the audit and an SRE need to prove the hand-over (``kafka.ledger_reader``):
+    where live ordering took over (the first live seq of each source topic is
+    ``nextSeq``), where the copy starts (``firstSeq``), and what was copied from whom."""
     return {
         "donor": donor,
         "appliedIndex": ledger.applied_index,
         "appliedTerm": ledger.applied_term,
         "nextSeq": dict(ledger.next_seq),
+        "firstSeq": dict(first_seq),
         "copied": dict(copied),
         "presentBefore": dict(present),
         "at": datetime.now(UTC).isoformat(timespec="milliseconds"),

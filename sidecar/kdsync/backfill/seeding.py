@@ -28,15 +28,17 @@ from kdsync import naming
 from kdsync.config import MemberConfig
 from kdsync.kafka.client_config import client_config
 from kdsync.kafka.errors import KafkaUnavailable
-from kdsync.kafka.ledger_reader import LEDGER_KEY, read_latest_ledger
+from kdsync.kafka.ledger_reader import (
+    BACKFILL_KEY,
+    HANDOVER_KEY,
+    LEDGER_KEY,
+    read_latest_ledger,
+    read_seeding,
+)
 from kdsync.kafka.partition_reader import reading_consumer
 from kdsync.kafka.topics import ClusterTopics
 from kdsync.ordering import Configuration, LedgerState
 from kdsync.wire_format.records import encode_ledger_state
-
-# The hand-over record sits in the new member's ledger topic under its own key, so
-# compaction keeps it for ever next to the latest ledger; the audit can read it.
-HANDOVER_KEY = b"handover"
 
 
 class SeedingError(RuntimeError):
@@ -90,19 +92,26 @@ def seed_ledger(ledger: LedgerState, startup: Configuration) -> LedgerState:
     )
 
 
-def read_ledger(member: MemberConfig, group: str, timeout: float) -> LedgerState | None:
-    """``member``'s latest delivery ledger (None before its first delivery)."""
+@dataclass(frozen=True)
+class MemberState:
+    ledger: LedgerState | None  # its latest ledger (None: none yet)
+    seeding_started: bool  # a backfill's marker is there
+
+
+def read_state(member: MemberConfig, group: str, timeout: float) -> MemberState:
+    """``member``'s latest delivery ledger, and whether a backfill began seeding it."""
     assert member.kafka is not None
     properties = member.kafka.client_properties()
     topic = naming.ledger_topic(group)
     try:
         if topic not in ClusterTopics(properties, timeout).partitions():
-            return None
+            return MemberState(None, False)
         consumer = reading_consumer(
             properties, f"{naming.consumer_group(group)}.backfill-reader", committed_only=True
         )
         try:
-            return read_latest_ledger(consumer, topic, timeout)
+            ledger = read_latest_ledger(consumer, topic, timeout)
+            return MemberState(ledger, read_seeding(consumer, topic, timeout).started)
         finally:
             consumer.close()
     except KafkaUnavailable as error:
@@ -112,16 +121,31 @@ def read_ledger(member: MemberConfig, group: str, timeout: float) -> LedgerState
         ) from None
 
 
+def write_marker(target: MemberConfig, group: str, timeout: float = 30.0) -> None:
+    """Mark ``target``'s cluster as being seeded, before anything is copied: its sidecar
+    refuses to start until the ledger follows (``kafka.errors.BackfillPending``). Written
+    with the member's own transactional id, which fences a sidecar started too early."""
+    _write(target, group, [(BACKFILL_KEY, b"{}")], timeout)
+
+
 def write_seed(
     target: MemberConfig,
     group: str,
     ledger: LedgerState,
     handover: Mapping[str, Any],
-    transactional_id: str,
     timeout: float = 30.0,
 ) -> None:
     """Write the new member's first ledger and the hand-over record, in one transaction,
     after its ``T-global`` holds everything below the ledger's sequence numbers."""
+    record = json.dumps(dict(handover), sort_keys=True).encode()
+    _write(
+        target, group, [(HANDOVER_KEY, record), (LEDGER_KEY, encode_ledger_state(ledger))], timeout
+    )
+
+
+def _write(
+    target: MemberConfig, group: str, records: Sequence[tuple[bytes, bytes]], timeout: float
+) -> None:
     assert target.kafka is not None
     properties = target.kafka.client_properties()
     topic = naming.ledger_topic(group)
@@ -129,18 +153,21 @@ def write_seed(
     producer = Producer(
         client_config(
             properties,
-            **{"transactional.id": transactional_id, "enable.idempotence": True, "acks": "all"},
+            **{
+                "transactional.id": naming.transactional_id(group, target.name),
+                "enable.idempotence": True,
+                "acks": "all",
+            },
         )
     )
     try:
         producer.init_transactions(timeout)
         producer.begin_transaction()
-        record = json.dumps(dict(handover), sort_keys=True).encode()
-        producer.produce(topic, record, HANDOVER_KEY, partition=0)
-        producer.produce(topic, encode_ledger_state(ledger), LEDGER_KEY, partition=0)
+        for key, value in records:
+            producer.produce(topic, value, key, partition=0)
         producer.commit_transaction(timeout)
     except KafkaException as error:
         raise SeedingError(
-            f"member {target.name}: cannot write its ledger to {topic}: {error}; "
+            f"member {target.name}: cannot write to its ledger topic {topic}: {error}; "
             "run the command again (the copy resumes)"
         ) from None

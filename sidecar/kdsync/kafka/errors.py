@@ -57,5 +57,18 @@ class GlobalTopicLost(KafkaShellError):
         )
 
 
+class BackfillPending(KafkaShellError):
+    """A backfill began seeding this member's cluster and has not written its ledger: its
+    ``T-global`` is half copied, and a sidecar started now would write over it."""
+
+    def __init__(self, member: str) -> None:
+        super().__init__(
+            f"{member}'s cluster is being seeded by a backfill (kdsync members add) that has "
+            "not finished: its ledger is not written yet, so this sidecar does not start. "
+            f"Fix: run `kdsync members add {member} ... --member-config ...` again and start "
+            f"the sidecar when it says so; to give up, `kdsync members remove {member}`"
+        )
+
+
 class InvalidClientProperties(KafkaShellError):
     """librdkafka refuses a property of ``kafka.properties`` (unknown name or bad value)."""

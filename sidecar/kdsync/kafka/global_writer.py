@@ -29,13 +29,19 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from kdsync import naming
 from kdsync.kafka.client_config import client_config
 from kdsync.kafka.errors import (
+    BackfillPending,
     CommitOutcomeUnknown,
     GlobalTopicLost,
     KafkaUnavailable,
     ProducerFenced,
     RecordTooLarge,
 )
-from kdsync.kafka.ledger_reader import LEDGER_KEY, read_latest_ledger
+from kdsync.kafka.ledger_reader import (
+    LEDGER_KEY,
+    first_seqs,
+    read_latest_ledger,
+    read_seeding,
+)
 from kdsync.kafka.partition_reader import reading_consumer, watermarks
 from kdsync.kafka.produce_pacing import PACED_PRODUCER, fixed_record_bytes, must_flush
 from kdsync.ordering import Delivery, LedgerState
@@ -100,6 +106,8 @@ class GlobalWriter:
         # When each T-global's end offsets were last checked against the ledger.
         self._history_checked: dict[str, float] = {}
         self._offsets_reader: Consumer | None = None
+        # Source topic -> first seq of this member's T-global (kafka.ledger_reader).
+        self._first_seq: dict[str, int] = {}
 
     def start(self) -> LedgerState:
         """Fence older instances, then read the ledger they left (blocking)."""
@@ -122,7 +130,12 @@ class GlobalWriter:
             committed_only=True,
         )
         try:
-            return read_latest_ledger(consumer, self._ledger_topic, self._timeout) or LedgerState()
+            ledger = read_latest_ledger(consumer, self._ledger_topic, self._timeout)
+            seeding = read_seeding(consumer, self._ledger_topic, self._timeout)
+            if ledger is None and seeding.started:
+                raise BackfillPending(self._member)
+            self._first_seq = first_seqs(seeding.handover)
+            return ledger or LedgerState()
         finally:
             consumer.close()
 
@@ -220,11 +233,10 @@ class GlobalWriter:
                 source_topic = delivery.origin_partition[1]
                 writing[source_topic] = writing.get(source_topic, 0) + len(delivery.events)
         for source_topic, next_seq in ledger.next_seq.items():
-            if naming.is_heartbeat_topic(source_topic):
-                # Kept a day, and not copied into a member seeded by a backfill
-                # (kdsync.backfill): its end says nothing about lost history.
-                continue
-            committed = next_seq - writing.get(source_topic, 0)
+            # A member seeded by a backfill holds its T-global from its hand-over's first
+            # seq on (a donor trimmed by retention; heartbeats are not copied).
+            first = self._first_seq.get(source_topic, 0)
+            committed = next_seq - writing.get(source_topic, 0) - first
             topic = self._global_topic(source_topic)
             if (
                 committed <= 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -77,7 +77,7 @@ def read_to_end(
     start: int | None = None,
     stop: int | None = None,
     timeout: float = 30.0,
-) -> Iterator[Message]:
+) -> Generator[Message]:
     """Yield the records of ``topic[partition]`` from ``start`` (default: the beginning)
     up to the end as it was when reading started (or ``stop``, exclusive).
 

@@ -45,9 +45,10 @@ POLL_SECONDS = 0.5
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 # The backfill of a new data member: given a way to read every member's /status now and
-# the deadline, it seeds the member's cluster (or finds it seeded), printing progress.
+# the deadline, it seeds the member's cluster (True), or finds it seeded (False), printing
+# progress. It decides from the member's cluster, not from whether its sidecar answers.
 Statuses = Callable[[], Mapping[str, Mapping[str, Any]]]
-Seed = Callable[[Statuses, float], None]
+Seed = Callable[[Statuses, float], bool]
 
 
 class MembersCommandError(Exception):
@@ -263,9 +264,12 @@ def add_data_member(
     request = {"add": member, "witness": False, "peer": peer}
     _, final = _change(urls, request, member, deadline, out, clock, sleep, joins=True)
     out(f"{member} is in the group as a learner: {describe_configuration(final)}")
+    seeded_now = seed(lambda: look(urls).statuses, deadline)
     if own is None:
-        seed(lambda: look(urls).statuses, deadline)
         out(f"Start {member}'s sidecar now: it catches up from the leader, then votes.")
+    elif seeded_now:
+        # It ran before its backfill and was fenced by it: it must start again.
+        out(f"Restart {member}'s sidecar now: it ran before its backfill, which stopped it.")
     _await_voter(urls, member_url, member, deadline, out, clock, sleep)
     return 0
 
@@ -296,7 +300,9 @@ def _await_voter(
             deadline,
             f"{member} is not a voter yet: its sidecar {state} (its peers: "
             f"{_peer_errors(own or {})}); start it if it is not running, check that the "
-            "others reach its peer address, then run the command again (it resumes)",
+            "others reach its peer address, then run the command again (it resumes). Until "
+            f"it catches up no member trims its ordering log: to give up, `kdsync members "
+            f"remove {member}`",
         )
         sleep(POLL_SECONDS)
 

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from kdsync import naming
 from kdsync.audit.command import main
 from kdsync.audit.state import load_state_file
-from kdsync.kafka.ledger_reader import LEDGER_KEY
+from kdsync.kafka.ledger_reader import HANDOVER_KEY, LEDGER_KEY
 from kdsync.ordering import Configuration, LedgerState
 from kdsync.ordering.events import DeliveredEvent
 from kdsync.wire_format.records import encode_ledger_state
@@ -99,6 +99,8 @@ def test_a_member_that_left_is_an_origin_not_a_lagging_replica(
         "notRead": [],
         "configIndex": 10,
         "source": report["membership"]["source"],
+        "seeded": {},
+        "joining": [],
     }
     assert report["membership"]["source"] in STAYING
     assert "left the group: m3" in report["summary"]
@@ -170,3 +172,46 @@ def test_a_member_in_force_that_is_down_still_stops_the_audit(
     assert status == 2
     err = capsys.readouterr().err
     assert err.startswith("kdsync audit: cannot run: member m2: cannot list topics"), err
+
+
+def test_a_member_seeded_from_a_trimmed_donor_is_checked_from_its_first_seq(
+    make_group: Callable[[], ReplicatedGroup], spark: SparkSession, tmp_path: Path
+) -> None:
+    """m3 joined late: a backfill from a donor whose T-global retention had trimmed below
+    seq 6 gave it seqs 6.. only, and its hand-over record says so. The audit starts there
+    rather than report seqs 0..5 missing in m3."""
+    group = make_group()
+    events = group.add_round(4, "a")
+    first = 6
+    for member in STAYING:
+        group.write_global(member, events)
+    group.write_global(LEFT, events[first:])
+    for member in MEMBERS:
+        group.commit_source_offsets(member)
+    topic = naming.ledger_topic(group.group)
+    create_topic(group.bootstrap[LEFT], topic)
+    handover = {
+        "donor": "m2",
+        "appliedIndex": 30,
+        "nextSeq": {group.topic: first},
+        "firstSeq": {group.topic: first},
+    }
+    produce_transactionally(
+        group.bootstrap[LEFT],
+        topic,
+        [
+            Record(key=HANDOVER_KEY, value=json.dumps(handover).encode(), partition=0),
+            Record(
+                key=LEDGER_KEY,
+                value=encode_ledger_state(ledger_of(group, None)),
+                partition=0,
+            ),
+        ],
+    )
+
+    status, report = run(group.config_path, tmp_path)
+
+    assert status == 0, report["violations"]
+    assert report["checked"]["fromSeq"] == first, report["checked"]
+    assert report["lag"] == {"m1": 0, "m2": 0, "m3": 0}
+    assert report["membership"]["seeded"]["m3"]["firstSeq"] == {group.topic: first}

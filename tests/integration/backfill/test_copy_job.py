@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 import pytest
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
@@ -78,6 +78,28 @@ def as_copied(records: Sequence[CommittedRecord]) -> list[Copied]:
     return [(r.partition, r.key, r.value, r.headers, r.timestamp) for r in records]
 
 
+def seqs_by_partition(records: Sequence[GlobalRecord]) -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for r in records:
+        found.setdefault(r.partition, []).append(seq_of_headers(r.headers))
+    return {p: sorted(seqs) for p, seqs in found.items()}
+
+
+def trim(bootstrap: str, topic: str, before: dict[int, int | None]) -> None:
+    """Delete records as retention would: partition -> delete below the record with this
+    seq (None: every record)."""
+    offsets = {
+        (r.partition, seq_of_headers(r.headers)): r.offset for r in read_committed(bootstrap, topic)
+    }
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = [
+        TopicPartition(topic, p, OFFSET_END if seq is None else offsets[(p, seq)])
+        for p, seq in before.items()
+    ]
+    for future in admin.delete_records(request).values():
+        future.result(timeout=30)
+
+
 def partition_count(bootstrap: str, topic: str) -> int | None:
     found = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics.get(topic)
     return None if found is None or found.error is not None else len(found.partitions)
@@ -130,7 +152,9 @@ def test_copies_every_record_below_next_seq_and_nothing_else(
         spark, donor, target, {two: 30, one: 12}, f"kdsync-g.m4.backfill-{uuid.uuid4().hex[:6]}"
     )
 
-    assert result == CopyResult(copied={two: 30, one: 12}, present={two: 0, one: 0})
+    assert result == CopyResult(
+        copied={two: 30, one: 12}, present={two: 0, one: 0}, first_seq={two: 0, one: 0}
+    )
     assert partition_count(target_servers, two) == 2
     assert partition_count(target_servers, one) == 1
     copied = read_committed(target_servers, two)
@@ -159,7 +183,7 @@ def test_resumes_after_a_crash_without_duplicates_or_gaps(
     prefix = f"kdsync-g.m4.backfill-{uuid.uuid4().hex[:6]}"
 
     first = copy_global_topics(spark, donor, target, {topic: 12}, prefix)
-    assert first == CopyResult(copied={topic: 12}, present={topic: 0})
+    assert first == CopyResult(copied={topic: 12}, present={topic: 0}, first_seq={topic: 0})
 
     # The crash: an attempt at partition 0 left a transaction open (the next records,
     # produced, never committed, the producer abandoned but alive); one at partition 1
@@ -187,14 +211,14 @@ def test_resumes_after_a_crash_without_duplicates_or_gaps(
 
     second = copy_global_topics(spark, donor, target, {topic: 30}, prefix)
 
-    assert second == CopyResult(copied={topic: 18}, present={topic: 12})
+    assert second == CopyResult(copied={topic: 18}, present={topic: 12}, first_seq={topic: 0})
     # The copy fenced the abandoned attempt: it can commit nothing any more.
     with pytest.raises(KafkaException):
         zombie.commit_transaction(10)
     assert as_copied(read_committed(target_servers, topic)) == expected(records)
 
     third = copy_global_topics(spark, donor, target, {topic: 30}, prefix)
-    assert third == CopyResult(copied={topic: 0}, present={topic: 30})
+    assert third == CopyResult(copied={topic: 0}, present={topic: 30}, first_seq={topic: 0})
     assert as_copied(read_committed(target_servers, topic)) == expected(records)
 
 
@@ -217,27 +241,133 @@ def test_refuses_a_donor_whose_seqs_go_backwards(
     assert read_committed(target_servers, topic) == []
 
 
-def test_refuses_a_trimmed_or_lagging_donor_before_writing_anything(
+def test_refuses_a_lagging_donor_before_writing_anything(
     spark: SparkSession, clusters: tuple[str, str], global_topic: Callable[[], str]
 ) -> None:
     donor_servers, target_servers = clusters
-    trimmed, lagging = global_topic(), global_topic()
-    for topic in (trimmed, lagging):
+    fine, lagging = global_topic(), global_topic()
+    for topic in (fine, lagging):
         create_topic(donor_servers, topic)
         write(donor_servers, global_records(make_events(range(10), topic, 1), topic, 1))
-    admin = AdminClient({"bootstrap.servers": donor_servers})
-    for future in admin.delete_records([TopicPartition(trimmed, 0, 3)]).values():
-        future.result(timeout=30)
     donor, target = endpoints(clusters)
     prefix = f"kdsync-g.m4.bf-{uuid.uuid4().hex}"
 
-    with pytest.raises(BackfillError, match=r"starts at seq 3 \(retention") as raised:
-        copy_global_topics(spark, donor, target, {trimmed: 10, lagging: 10}, prefix)
-    assert f"donor m2's {trimmed}" in str(raised.value)
-    assert "a backfill from a trimmed T-global is not supported yet" in str(raised.value)
-
-    with pytest.raises(BackfillError, match=r"holds seqs up to 9 only.*behind"):
-        copy_global_topics(spark, donor, target, {lagging: 11}, prefix)
+    with pytest.raises(BackfillError, match=r"holds seqs up to 9 only.*behind") as raised:
+        copy_global_topics(spark, donor, target, {fine: 10, lagging: 11}, prefix)
+    assert f"donor m2's {lagging}" in str(raised.value)
     # Refused while planning: no topic was created in the target.
-    assert partition_count(target_servers, trimmed) is None
+    assert partition_count(target_servers, fine) is None
     assert partition_count(target_servers, lagging) is None
+
+
+def test_copies_a_trimmed_donor_from_the_seq_where_it_holds_every_later_one(
+    spark: SparkSession, clusters: tuple[str, str], global_topic: Callable[[], str]
+) -> None:
+    donor_servers, target_servers = clusters
+    topic = global_topic()
+    create_topic(donor_servers, topic, partitions=2)
+    records = global_records(make_events(range(40), topic), topic, 2)
+    write(donor_servers, records[:17])
+    write(donor_servers, records[17:])
+    seqs = seqs_by_partition(records)
+    # Partition 0 loses its first four records, partition 1 one: every seq from partition
+    # 0's new first one on is still held, some below it may not be.
+    trim(donor_servers, topic, {0: seqs[0][4], 1: seqs[1][1]})
+    start = seqs[0][4]
+    assert seqs[1][1] < start < 30
+    donor, target = endpoints(clusters)
+
+    result = copy_global_topics(
+        spark, donor, target, {topic: 30}, f"kdsync-g.m4.bf-{uuid.uuid4().hex}"
+    )
+
+    assert result == CopyResult(
+        copied={topic: 30 - start}, present={topic: 0}, first_seq={topic: start}
+    )
+    copied = read_committed(target_servers, topic)
+    assert as_copied(copied) == expected(records[start:30])
+    assert sorted(seq_of_headers(r.headers) for r in copied) == list(range(start, 30))
+
+
+def test_a_donor_partition_trimmed_to_its_end_leaves_the_topic_empty(
+    spark: SparkSession, clusters: tuple[str, str], global_topic: Callable[[], str]
+) -> None:
+    donor_servers, target_servers = clusters
+    topic = global_topic()
+    create_topic(donor_servers, topic, partitions=2)
+    records = global_records(make_events(range(20), topic), topic, 2)
+    write(donor_servers, records)
+    # The partition without seq 19: the donor still shows it is not behind.
+    emptied = 1 - records[19].partition
+    trim(donor_servers, topic, {emptied: None})
+    donor, target = endpoints(clusters)
+
+    result = copy_global_topics(
+        spark, donor, target, {topic: 20}, f"kdsync-g.m4.bf-{uuid.uuid4().hex}"
+    )
+
+    # Which seqs the emptied partition held is unknown: the new T-global starts empty.
+    assert result == CopyResult(copied={topic: 0}, present={topic: 0}, first_seq={topic: 20})
+    assert partition_count(target_servers, topic) == 2
+    assert read_committed(target_servers, topic) == []
+
+
+def test_resumes_from_a_donor_trimmed_below_what_was_copied(
+    spark: SparkSession, clusters: tuple[str, str], global_topic: Callable[[], str]
+) -> None:
+    donor_servers, target_servers = clusters
+    topic = global_topic()
+    create_topic(donor_servers, topic, partitions=2)
+    records = global_records(make_events(range(30), topic), topic, 2)
+    write(donor_servers, records[:17])
+    write(donor_servers, records[17:])
+    donor, target = endpoints(clusters)
+    prefix = f"kdsync-g.m4.bf-{uuid.uuid4().hex}"
+    first = copy_global_topics(spark, donor, target, {topic: 12}, prefix)
+    assert first == CopyResult(copied={topic: 12}, present={topic: 0}, first_seq={topic: 0})
+
+    # The partition holding seq 12 loses every record the first run copied from it (the
+    # target's last one there included), the other one its first record.
+    seqs = seqs_by_partition(records)
+    holder = records[12].partition
+    other = 1 - holder
+    trim(donor_servers, topic, {holder: 12, other: seqs[other][1]})
+    assert seqs[other][1] < 12
+
+    second = copy_global_topics(spark, donor, target, {topic: 30}, prefix)
+
+    # The target keeps its start: what the donor lost, it holds already.
+    assert second == CopyResult(copied={topic: 18}, present={topic: 12}, first_seq={topic: 0})
+    copied = read_committed(target_servers, topic)
+    assert as_copied(copied) == expected(records)
+    assert sorted(seq_of_headers(r.headers) for r in copied) == list(range(30))
+
+
+def test_refuses_a_donor_trimmed_past_what_an_earlier_run_copied(
+    spark: SparkSession, clusters: tuple[str, str], global_topic: Callable[[], str]
+) -> None:
+    donor_servers, target_servers = clusters
+    topic = global_topic()
+    create_topic(donor_servers, topic, partitions=2)
+    records = global_records(make_events(range(30), topic), topic, 2)
+    write(donor_servers, records)
+    donor, target = endpoints(clusters)
+    prefix = f"kdsync-g.m4.bf-{uuid.uuid4().hex}"
+    first = copy_global_topics(spark, donor, target, {topic: 12}, prefix)
+    assert first == CopyResult(copied={topic: 12}, present={topic: 0}, first_seq={topic: 0})
+
+    # Seq 12, the next one to copy, goes to retention.
+    seqs = seqs_by_partition(records)
+    holder = records[12].partition
+    trim(donor_servers, topic, {holder: seqs[holder][seqs[holder].index(12) + 1]})
+
+    with pytest.raises(BackfillError) as raised:
+        copy_global_topics(spark, donor, target, {topic: 30}, prefix)
+
+    assert str(raised.value) == (
+        f"donor m2's {topic} was trimmed past what an earlier run copied (seq 11; it holds "
+        f"every seq from {seqs[holder][seqs[holder].index(12) + 1]} only): delete m4's "
+        f"{topic} and run again"
+    )
+    # Refused while planning: the target is as the first run left it.
+    assert as_copied(read_committed(target_servers, topic)) == expected(records[:12])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,8 +19,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from kdsync import naming
 from kdsync.audit.command import main as audit_main
 from kdsync.local_group import LocalMember, LocalSidecarGroup
 from kdsync.localkafka import KafkaDistribution, LocalKafkaFleet
@@ -41,22 +43,40 @@ HISTORY = 10_000  # events per origin ordered before m4 joins: what the backfill
 GROWTH = 300
 
 
-def _ends(servers: str, topic: str) -> tuple[int, int]:
-    """(log end, last stable offset) of ``topic[0]``; (0, 0) while it does not exist."""
-    ends = []
-    for isolation in ("read_uncommitted", "read_committed"):
-        consumer = Consumer(
-            {"bootstrap.servers": servers, "group.id": "probe", "isolation.level": isolation}
+class _CommittedEnd:
+    """The last stable offset of ``topic[0]`` (0 while it does not exist), asked often
+    through one consumer: the copy must be caught between two of its transactions."""
+
+    def __init__(self, servers: str, topic: str) -> None:
+        self._topic = topic
+        self._consumer = Consumer(
+            {"bootstrap.servers": servers, "group.id": "probe", "isolation.level": "read_committed"}
         )
+
+    def now(self) -> int:
         try:
-            metadata = consumer.list_topics(topic, timeout=10)
-            if metadata.topics[topic].error is not None:
-                return 0, 0
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-            ends.append(int(high))
-        finally:
-            consumer.close()
-    return ends[0], ends[1]
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self._topic, 0), timeout=5, cached=False
+            )
+        except KafkaException:  # the copy has not created the topic yet
+            return 0
+        return int(high)
+
+    def __enter__(self) -> _CommittedEnd:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._consumer.close()
+
+
+def _low(servers: str, topic: str) -> int:
+    """The low watermark of ``topic[0]``: above 0 once the log was trimmed."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "probe"})
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        return int(low)
+    finally:
+        consumer.close()
 
 
 def _members_add(urls: Sequence[str], new: LocalMember) -> subprocess.Popen[str]:
@@ -118,7 +138,11 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
     ) as fleet:
         m4_servers = fleet["kafka-4"].bootstrap_servers
         create_topic(m4_servers, source_topic, PARTITIONS)
-        group = sidecar_group("join", bootstrap, source_topic)
+        # Few applied entries kept: the ordering logs are trimmed before m4 joins, so a
+        # backfill point below what they still hold would leave m4 stuck for good.
+        group = sidecar_group(
+            "join", bootstrap, source_topic, ordering={"tickMs": 20, "retainedApplied": 25}
+        )
         global_topic, watch = start_watched(group, bootstrap, source_topic)
         first_members = list(bootstrap)
         urls = [group.members[m].http for m in first_members]
@@ -130,6 +154,13 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
             180,
             lambda: brief_status(group),
         )
+        log_topic = naming.log_topic(group.group)
+        wait_for(
+            "every member to trim its ordering log",
+            lambda: all(_low(bootstrap[m], log_topic) > 0 for m in first_members),
+            90,
+            lambda: brief_status(group),
+        )
         traffic = Traffic(bootstrap, source_topic, RATE).start()
         everyone = {**bootstrap, "m4": m4_servers}
         late: Traffic | None = None
@@ -137,21 +168,31 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
         try:
             new = group.add_data_member("m4", m4_servers)
             pause_watch = _PauseWatch(group, first_members)
-            # 1. Killed mid-copy: as soon as the copy wrote into m4's T-global.
+            # 1. Killed mid-copy: as soon as a first transaction of the copy committed
+            # into m4's T-global (a transaction is 5,000 records; the history 30,000).
             first = _members_add(urls, new)
             first_lines = _Lines(first)
-            wait_for(
-                "the backfill to write into m4's T-global",
-                lambda: _ends(m4_servers, global_topic)[0] > 0 or first.poll() is not None,
-                300,
-                lambda: first_lines.text,
-            )
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait(30)
+            with _CommittedEnd(m4_servers, global_topic) as committed:
+                wait_for(
+                    "the backfill to commit into m4's T-global",
+                    lambda: committed.now() > 0 or first.poll() is not None,
+                    300,
+                    lambda: first_lines.text,
+                    interval=0.02,
+                )
+                os.killpg(first.pid, signal.SIGKILL)
+                first.wait(30)
+                committed_at_kill = committed.now()
             assert first.returncode == -signal.SIGKILL, first_lines.text
-            _, committed_at_kill = _ends(m4_servers, global_topic)
-            assert committed_at_kill < len(bootstrap) * HISTORY, "the copy was not cut"
+            assert 0 < committed_at_kill < len(bootstrap) * HISTORY, "the copy was not cut"
             assert group.status("m4") is None, "m4's sidecar must not run before its backfill"
+            # Started now, half copied, it refuses to run (the backfill's marker).
+            group.start_member("m4")
+            process = group.members["m4"].process
+            assert process is not None
+            wait_for("m4's sidecar to refuse", lambda: process.poll() is not None, 60)
+            assert process.returncode == 2
+            assert "being seeded by a backfill" in group.members["m4"].log_path.read_text()
 
             # 2. Run again: it resumes, seeds m4, and waits for its sidecar to vote.
             second = _members_add(urls, new)
@@ -163,6 +204,10 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
                 lambda: lines.text,
             )
             assert lines.has("Start m4's sidecar now"), lines.text
+            # It went on after what the killed run had committed (records, not offsets).
+            found = [re.search(r"\((\d+) were there\)", line) for line in lines.lines]
+            there = [int(m.group(1)) for m in found if m is not None]
+            assert there and there[0] > 0, lines.text
             group.start_member("m4")
             wait_for("m4 to vote", lambda: second.poll() is not None, 180, lambda: lines.text)
             pauses["m4 joins (learner, backfill killed and resumed, voter)"] = pause_watch.stop()

@@ -328,15 +328,21 @@ def _missing(a: _CopyArrays, facts: Facts) -> Column:
     which another member holds it."""
     committed = F.try_element_at(_partition_map(facts.committed_ends), _partition_key())
     highs = _map_literal({f"{t}\u0000{m}": v for (t, m), v in facts.highs.items()})
+    firsts = _map_literal({f"{t}\u0000{m}": v for (t, m), v in facts.first_seqs.items()})
     present = F.transform(a.all, lambda c: c["member"])
     ref_seq = F.array_min(F.transform(a.all, lambda c: c["seq"]))
 
     def expected(member: Column) -> Column:
-        high = F.try_element_at(highs, F.concat(F.col("otopic"), F.lit("\u0000"), member))
+        key = F.concat(F.col("otopic"), F.lit("\u0000"), member)
+        high = F.try_element_at(highs, key)
         below_commit = F.coalesce(F.col("ooffset") < committed, F.lit(False))
+        # A member seeded from a trimmed donor is expected to hold nothing below its start.
+        started = F.coalesce(ref_seq >= F.try_element_at(firsts, key), F.lit(True))
         reached = F.coalesce(ref_seq <= high, F.lit(False))
-        return ~F.array_contains(present, member) & (
-            ((member == F.col("origin")) & below_commit) | reached
+        return (
+            ~F.array_contains(present, member)
+            & started
+            & (((member == F.col("origin")) & below_commit) | reached)
         )
 
     members = _names(facts.members)

@@ -58,7 +58,9 @@ class Facts:
       it that shows up again in the range was delivered twice (or out of order);
     - ``departed``: data members that left the group: origins whose ``T-global`` is not
       checked; ``unread``: those of them whose topic could not be read (their cluster is
-      gone), so their events cannot be verified.
+      gone), so their events cannot be verified;
+    - ``first_seqs[(topic, member)]``: a member seeded by a backfill from a trimmed donor
+      holds nothing below this seq (its hand-over record): nothing below is expected of it.
     """
 
     members: tuple[str, ...]
@@ -69,6 +71,7 @@ class Facts:
     audited_ends: Mapping[OriginPartition, int] = field(default_factory=dict)
     departed: tuple[str, ...] = ()
     unread: tuple[str, ...] = ()
+    first_seqs: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
