@@ -93,3 +93,6 @@ def test_a_learner_is_checked_once_its_backfill_wrote_its_ledger() -> None:
     assert seeded.checked == files and seeded.joining == ()
     # Joining, and not in the file yet: no error (nothing of it to read).
     assert membership_in_force(FILE, {"m1": ledger(60, grown, *FILE)}).joining == ("m4",)
+    # In the file, its cluster silent: in force, so that the planning stops on it.
+    silent = membership_in_force(files, {"m1": ledger(60, grown, *FILE)})
+    assert silent.checked == files and silent.joining == ()

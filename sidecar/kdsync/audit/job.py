@@ -73,10 +73,6 @@ def _bounds(
         # History removed by retention: start where every trimmed member still has events.
         trimmed = [stats[r.member].low for r in plan.globals if r.trimmed and r.member in stats]
         first = max(trimmed, default=0)
-    if options.from_seq is None:
-        # A member seeded by a backfill from a trimmed donor holds nothing below its
-        # hand-over's firstSeq: the range starts there at the earliest (docs/audit.md).
-        first = max([first, *(r.first_seq for r in plan.globals)])
     highest = max((s.high for s in stats.values()), default=first - 1)
     last = highest if options.to_seq is None else options.to_seq
     return Bounds(plan.topic, first, max(last, first - 1))

@@ -54,7 +54,12 @@ def membership_in_force(
     config = ledger.config
     # A learner is checked once a backfill seeded it (it has a ledger); before, its
     # T-global is a copy under way, partition by partition.
-    joining = tuple(m for m in config.learners if ledgers.get(m) is None)
+    # Joining: its cluster answered without a ledger, or the file does not list it (the
+    # audit's file may predate it). One whose cluster did not answer stays in force: the
+    # planning then stops on it, rather than skip a member that may be seeded.
+    joining = tuple(
+        m for m in config.learners if m not in file_members or (m in ledgers and ledgers[m] is None)
+    )
     in_force = [m for m in config.data_members if m not in joining]
     unknown = [m for m in in_force if m not in file_members]
     if unknown:

@@ -5,31 +5,39 @@ offset ranges, the seq it is copied from, and the refusals (a donor behind ``nex
 A donor whose ``T-global`` lost its beginning to retention is copied from the lowest seq
 ``F`` from which it holds every seq below ``next_seq``: each seq lives in one partition and
 seqs increase with offsets, so ``F`` is the highest first seq of the trimmed partitions
-(``next_seq`` when one of them holds nothing any more: its lost seqs are unknown), and
-records below ``F`` are skipped everywhere. The new member's ``T-global`` then starts at
-``F`` (:attr:`CopyResult.first_seq`).
+(``next_seq`` when one of them holds nothing any more: its lost seqs are unknown).
 
-The target's topics are surveyed before anything is written: one an earlier run wrote to
-keeps the seq it starts at, unless the donor has since been trimmed past its highest seq
-(a hole nobody could fill: refused). Then the driver creates the missing target topics
-with the donor's partition count. Spark's Kafka source
-(:func:`kdsync.audit.reader.read_range`, one Spark partition per Kafka partition, so offset
-order is kept) feeds one Python task per partition, which writes the records into the same
-partition of the target with a transactional producer whose id names that partition.
+The target's topics are surveyed before anything is written. The new member's ``T-global``
+is claimed complete from ``S`` (:attr:`CopyResult.first_seq`): ``F``, or when an earlier run
+left records in the target, the higher of ``F`` and the lowest first seq of the target's
+partitions that hold any. Each partition an earlier run wrote to holds its seqs from that
+run's start (at most that lowest first seq) up to its last one, and the donor holds every
+seq from ``F`` on: so the target can be completed from ``S`` without a hole. After a resume
+``S`` can be later than the first record an earlier run copied (the target's records below
+``S`` are left alone and not counted): a conservative start, never one with a hole.
+
+Then the driver creates the missing target topics with the donor's partition count, and
+finds in each donor partition the first offset whose seq is at least ``S``: reading starts
+there, not at the log start, so retention deleting the donor's oldest records during a long
+copy does not break the read. Spark's Kafka source (:func:`kdsync.audit.reader.read_range`,
+one Spark partition per Kafka partition, so offset order is kept) feeds one Python task per
+partition, which writes the records into the same partition of the target with a
+transactional producer whose id names that partition.
 
 A task calls ``init_transactions`` first: that fences any earlier attempt at the same
 partition (a crashed run, a retried or speculative Spark task) and aborts what it left
-open. Only then does it read the target partition's committed records (how many, the first
-and the highest ``kdsync.seq``), so nothing of an earlier attempt can commit after that
-read, and skip the donor's records up to the highest. Transactions commit every
-``COMMIT_RECORDS`` records or ``COMMIT_BYTES``: a run killed at any moment leaves a
-committed prefix, and the next run continues after it. Afterwards each target topic must
-hold as many records as there are seqs from its first seq to ``next_seq``.
+open. Only then does it read the target partition's committed records (how many from ``S``
+on, and the highest ``kdsync.seq``), so nothing of an earlier attempt can commit after that
+read, and skip the donor's records below ``S`` and up to that highest one. Transactions
+commit every ``COMMIT_RECORDS`` records or ``COMMIT_BYTES``: a run killed at any moment
+leaves a committed prefix, and the next run continues after it. Afterwards each target topic
+must hold as many records as there are seqs from ``S`` to ``next_seq``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -49,6 +57,7 @@ from kdsync.audit.kafka_options import java_kafka_options
 from kdsync.audit.positions import TopicRange
 from kdsync.audit.reader import read_range
 from kdsync.failover.kafka_io import KafkaPartitionLog, seq_of
+from kdsync.failover.translation import PartitionLog
 from kdsync.kafka.client_config import admin_config, client_config
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.global_topic_rule import RETENTION_MS
@@ -82,7 +91,8 @@ class KafkaEndpoint:
 class CopyResult:
     copied: dict[str, int]  # global topic -> records written by this run
     present: dict[str, int]  # global topic -> records already there before this run
-    # Global topic -> the first seq the target's topic holds: it holds [first_seq, next_seq).
+    # Global topic -> the seq from which the target's topic holds every seq below next_seq
+    # (records below it, left by an earlier run, are not counted in present).
     first_seq: dict[str, int]
 
 
@@ -91,22 +101,20 @@ class _TopicPlan:
     topic: str
     next_seq: int
     partitions: int
-    start: dict[int, int]  # donor offsets to read, [start, end) read_committed
+    # Donor offsets to read, [start, end) read_committed: start is the log start when
+    # planned, then the first offset whose seq is at least the target's first seq.
+    start: dict[int, int]
     end: dict[int, int]
     config: dict[str, str]  # for the target topic, if it has to be created
     first: int  # F: the donor holds every seq in [first, next_seq)
 
-    def trimmed(self, partition: int) -> bool:
-        """Whether retention deleted the beginning of this donor partition."""
-        return self.start[partition] > 0
-
 
 @dataclass(frozen=True)
 class _Held:
-    """The committed records of one target partition (or topic): count, lowest, highest seq."""
+    """The committed records of one target partition: how many from its topic's first seq
+    on, and the highest seq."""
 
     count: int
-    first: int
     last: int
 
 
@@ -119,7 +127,6 @@ class _TaskSettings:
     properties: dict[str, str]  # the target's
     upto: dict[str, int]
     first: dict[str, int]  # topic -> its first seq in the target: lower records are skipped
-    trimmed: frozenset[tuple[str, int]]  # donor partitions that retention trimmed
     transactional_prefix: str
     timeout: float
     commit_records: int
@@ -140,17 +147,15 @@ def copy_global_topics(
     after the target's committed prefix."""
     # Every topic is planned (and may be refused) before anything is created or written.
     plans = _plan(donor, upto, timeout)
-    first = _survey_target(donor.member, target, plans, timeout)
+    first = _survey_target(target, plans, timeout)
     _create_target(target, plans, timeout)
+    plans = _read_from_first_seq(donor, plans, first, timeout)
     settings = _TaskSettings(
         donor=donor.member,
         target=target.member,
         properties=dict(target.properties),
         upto={plan.topic: plan.next_seq for plan in plans},
         first=first,
-        trimmed=frozenset(
-            (plan.topic, p) for plan in plans for p in range(plan.partitions) if plan.trimmed(p)
-        ),
         transactional_prefix=transactional_prefix,
         timeout=timeout,
         commit_records=COMMIT_RECORDS,
@@ -196,14 +201,14 @@ def copy_global_topics(
         )  # fmt: skip
         # Seqs are gapless and each lives in one partition; every record counted is in
         # [start, next_seq), in increasing order within its partition: a count that differs
-        # is a hole (or a repeat), in the donor or left by a trimming between two runs.
+        # is a hole (or a repeat), in the donor or left by retention racing the copy.
         if present[topic] + copied[topic] != plan.next_seq - start:
             raise BackfillError(
                 f"{target.member}'s {topic} holds {present[topic] + copied[topic]} record(s) "
                 f"with seqs {start} to {plan.next_seq - 1} ({present[topic]} there before, "
                 f"{copied[topic]} copied), not {plan.next_seq - start}: donor "
-                f"{donor.member}'s seqs have holes or repeats, or it lost to retention seqs an "
-                "earlier run had not copied yet; run the audit on it, delete "
+                f"{donor.member}'s seqs have holes or repeats, or it lost to retention seqs "
+                "not copied yet; run the audit on it, delete "
                 f"{target.member}'s {topic} and backfill again (from another member if need be)"
             )
     return CopyResult(copied=copied, present=present, first_seq=first)
@@ -299,11 +304,12 @@ def _target_config(admin: AdminClient, topic: str, timeout: float) -> dict[str, 
 
 
 def _survey_target(
-    donor: str, target: KafkaEndpoint, plans: list[_TopicPlan], timeout: float
+    target: KafkaEndpoint, plans: list[_TopicPlan], timeout: float
 ) -> dict[str, int]:
-    """Each topic's first seq in the target: where the records an earlier run copied start,
-    else the donor's F (``next_seq`` when nothing is to be copied). Refuses a target topic
-    with another partition count, or one the donor has since been trimmed past."""
+    """Each topic's first seq S in the target: the donor's F, or the higher of F and the
+    lowest first seq of the target's partitions that hold records (an earlier run's). Every
+    seq from S on is then in the target or in the donor (see the module's docstring).
+    Refuses a target topic with another partition count."""
     existing = ClusterTopics(target.properties, timeout).partitions()
     consumer = reading_consumer(
         target.properties, f"kdsync-backfill-plan-{uuid.uuid4().hex[:8]}",
@@ -318,25 +324,19 @@ def _survey_target(
                     f"{target.member}'s {plan.topic} has {have} partition(s), the donor's "
                     f"{plan.partitions}: records must keep their partition; delete it or fix it"
                 )
-            ends: list[tuple[int, int]] = []  # (first, last) seq of each non-empty partition
+            starts: list[int] = []  # the first seq of each partition holding records
             for p in range(have or 0):
                 partition_log = KafkaPartitionLog(consumer, plan.topic, p, timeout)
-                low, end = partition_log.bounds()
+                low, _ = partition_log.bounds()
                 held = partition_log.read_from(low)
-                last = partition_log.last_before(end)
-                if held and last is not None:
-                    ends.append((held[0].seq, last.seq))
-            if not ends:
-                first[plan.topic] = plan.first
-                continue
-            highest = max(last for _, last in ends)
-            if plan.first > highest + 1:
-                raise BackfillError(
-                    f"donor {donor}'s {plan.topic} was trimmed past what an earlier run copied "
-                    f"(seq {highest}; it holds every seq from {plan.first} only): delete "
-                    f"{target.member}'s {plan.topic} and run again"
-                )
-            first[plan.topic] = min(start for start, _ in ends)
+                if held:
+                    starts.append(held[0].seq)
+            first[plan.topic] = max(plan.first, min(starts)) if starts else plan.first
+            if first[plan.topic] > plan.first:
+                log.info(
+                    "%s: %s holds records from an earlier run: it is completed from seq %d on",
+                    plan.topic, target.member, first[plan.topic],
+                )  # fmt: skip
     except (KafkaException, KafkaUnavailable, RecordFormatError) as exc:
         raise BackfillError(f"cannot read what {target.member} holds already: {exc}") from exc
     finally:
@@ -350,6 +350,64 @@ def _create_target(target: KafkaEndpoint, plans: list[_TopicPlan], timeout: floa
     for plan in plans:
         if plan.topic not in existing:
             topics.ensure(plan.topic, plan.partitions, plan.config)
+
+
+def _read_from_first_seq(
+    donor: KafkaEndpoint, plans: list[_TopicPlan], first: Mapping[str, int], timeout: float
+) -> list[_TopicPlan]:
+    """The plans, each donor partition read from its first record with a seq of at least the
+    topic's first seq (its end when it has none): records below it are not needed, and
+    retention may delete them while the copy runs (the read would then fail)."""
+    consumer = reading_consumer(
+        donor.properties, f"kdsync-backfill-plan-{uuid.uuid4().hex[:8]}",
+        committed_only=True, fetch_wait_ms=50,
+    )  # fmt: skip
+    try:
+        found = []
+        for plan in plans:
+            seq = first[plan.topic]
+            if seq <= 0:
+                found.append(plan)
+                continue
+            start = {
+                p: plan.end[p]
+                if seq >= plan.next_seq
+                else _first_offset_from(
+                    KafkaPartitionLog(consumer, plan.topic, p, timeout), seq, plan.end[p]
+                )
+                for p in range(plan.partitions)
+            }
+            found.append(dataclasses.replace(plan, start=start))
+        return found
+    except (KafkaException, KafkaUnavailable, RecordFormatError) as exc:
+        raise BackfillError(f"cannot read donor {donor.member}'s T-global: {exc}") from exc
+    finally:
+        consumer.close()
+
+
+def _first_offset_from(partition_log: PartitionLog, seq: int, end: int) -> int:
+    """The offset of the partition's first committed record below ``end`` with a seq of at
+    least ``seq`` (``end`` when there is none): a bisection over offsets, each probe reading
+    one run of consecutive committed records."""
+    low, _ = partition_log.bounds()
+    # Every committed record below low has a smaller seq; found: the answer when no record
+    # in [low, high) qualifies. The log's start is probed first: the answer when the first
+    # record's seq is at least seq already (as in the partition that sets F).
+    high = found = end
+    probe = low
+    while low < high:
+        run = [r for r in partition_log.read_from(probe) if r.offset < high]
+        if run and run[0].seq < seq:
+            later = next((r for r in run if r.seq >= seq), None)
+            if later is not None:
+                return later.offset
+            low = run[-1].offset + 1
+        else:
+            if run:
+                found = run[0].offset
+            high = probe
+        probe = (low + high) // 2
+    return found
 
 
 def _donor_frame(
@@ -414,7 +472,6 @@ class _PartitionCopier:
         self.where = f"{settings.target}'s {topic}[{partition}]"
         self.next_seq = settings.upto[topic]
         self.first_seq = settings.first[topic]
-        self.trimmed = (topic, partition) in settings.trimmed  # the donor's partition
         self.present = self.copied = 0
         self._pending = self._pending_bytes = self._queued = 0
         self._open = False
@@ -438,17 +495,11 @@ class _PartitionCopier:
                     f"{self.where} already holds seq {held.last}, at or above next_seq "
                     f"{self.next_seq}: it was written by something other than this backfill"
                 )
-            if held.first < self.first_seq:
-                raise BackfillError(
-                    f"{self.where} holds seq {held.first}, below seq {self.first_seq} where "
-                    f"{self.settings.target}'s {self.topic} starts: another run wrote to it "
-                    "meanwhile; run again"
-                )
             self.present = held.count
-        # The target's last record must be found among the donor's, unless retention took
-        # it from the donor: then every record the donor still has there comes after it.
-        matched = held is None
-        seen = False  # a donor record from first_seq on, below next_seq
+        # The target's last record, when it is at or above first_seq, must be found among
+        # the donor's (which hold every seq from there on); records below first_seq are
+        # outside the range copied, whatever they are.
+        matched = last is None or last < self.first_seq
         previous: int | None = None
         for row in rows:
             headers: list[Header] = [(h.key, _bytes(h.value)) for h in row.headers or ()]
@@ -472,16 +523,13 @@ class _PartitionCopier:
                 continue
             if last is not None and seq <= last:
                 matched = matched or seq == last
-                seen = True
                 continue
-            matched = matched or (self.trimmed and not seen)
-            seen = True
             if not matched:
                 break
             self._produce(_bytes(row.key), _bytes(row.value), headers, int(row.timestamp_ms))
         for _ in rows:  # read the partition to its end, as Spark's feeder expects
             pass
-        if not matched and not (self.trimmed and not seen):
+        if not matched:
             raise BackfillError(
                 f"{self.where} ends at seq {last}, which donor {self.settings.donor}'s "
                 "partition does not hold below next_seq: the target holds another history"
@@ -490,25 +538,25 @@ class _PartitionCopier:
 
     def _target_held(self) -> _Held | None:
         """The target partition's committed records, read to its end (None: it holds none);
-        their seqs must increase."""
+        their seqs must increase. Those below first_seq are not counted."""
         consumer = reading_consumer(
             self.settings.properties, f"{self.settings.transactional_prefix}.reader",
             committed_only=True, fetch_wait_ms=50,
         )  # fmt: skip
-        count, first, last = 0, -1, -1
+        count, last = 0, None
         try:
             for message in read_to_end(
                 consumer, self.topic, self.partition, timeout=self.settings.timeout
             ):
                 seq = seq_of(message)
-                if count and seq <= last:
+                if last is not None and seq <= last:
                     raise BackfillError(
                         f"{self.where} offset {message.offset()} has seq {seq}, not above the "
                         f"previous record's {last}: it was written by something other than "
                         "this backfill"
                     )
-                first = seq if count == 0 else first
-                count, last = count + 1, seq
+                count += seq >= self.first_seq
+                last = seq
         except RecordFormatError as exc:
             raise BackfillError(
                 f"{self.where} holds a record that is not a kdsync T-global record "
@@ -516,7 +564,7 @@ class _PartitionCopier:
             ) from None
         finally:
             consumer.close()
-        return _Held(count, first, last) if count else None
+        return None if last is None else _Held(count, last)
 
     def _on_delivery(self, error: KafkaError | None, _: Message) -> None:
         if error is not None:

@@ -70,6 +70,15 @@ class Backfill:
         # Before anything is copied: its sidecar now refuses to start (and one started too
         # early is fenced) until the ledger is written.
         write_marker(target, self._config.group, self._timeout)
+        if not read_state(target, self._config.group, self._timeout).seeding_started:
+            # A sidecar that ran too early wrote a ledger before the marker: a sidecar
+            # would no longer see the marker, nor later the hand-over.
+            raise SeedingError(
+                f"{self.member}'s ledger topic {naming.ledger_topic(self._config.group)} holds "
+                f"ledger records of a sidecar that ran before its backfill: stop {self.member}'s "
+                "sidecar, delete that topic and its T-global topics there, then run the "
+                "command again"
+            )
         while True:
             seen = statuses()
             data_members = self._data_members(seen)

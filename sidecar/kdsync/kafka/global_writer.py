@@ -110,7 +110,10 @@ class GlobalWriter:
         self._first_seq: dict[str, int] = {}
 
     def start(self) -> LedgerState:
-        """Fence older instances, then read the ledger they left (blocking)."""
+        """Fence older instances, then read the ledger they left (blocking). A member whose
+        backfill has not finished is refused before it fences anything: fencing would
+        abort the backfill's own last write (kafka.errors.BackfillPending)."""
+        self._read_ledger()
         try:
             self._producer.init_transactions(self._timeout)
         except KafkaException as exc:

@@ -71,7 +71,10 @@ def read_seeding(consumer: Consumer, topic: str, timeout: float) -> Seeding:
                 started = True
                 continue
             if key == HANDOVER_KEY and value is not None:
-                found = json.loads(value)
+                try:
+                    found = json.loads(value)
+                except ValueError:  # not ours to judge here: no first seqs then
+                    found = None
                 return Seeding(True, found if isinstance(found, dict) else None)
             break
     return Seeding(started, None)

@@ -174,18 +174,19 @@ def test_a_member_in_force_that_is_down_still_stops_the_audit(
     assert err.startswith("kdsync audit: cannot run: member m2: cannot list topics"), err
 
 
+@pytest.mark.parametrize("hole", [None, 8])
 def test_a_member_seeded_from_a_trimmed_donor_is_checked_from_its_first_seq(
-    make_group: Callable[[], ReplicatedGroup], spark: SparkSession, tmp_path: Path
+    make_group: Callable[[], ReplicatedGroup], spark: SparkSession, tmp_path: Path, hole: int | None
 ) -> None:
     """m3 joined late: a backfill from a donor whose T-global retention had trimmed below
-    seq 6 gave it seqs 6.. only, and its hand-over record says so. The audit starts there
-    rather than report seqs 0..5 missing in m3."""
+    seq 6 gave it seqs 6.. only, and its hand-over record says so. The audit checks m1 and
+    m2 from seq 0 and m3 from seq 6, rather than report seqs 0..5 missing in m3."""
     group = make_group()
     events = group.add_round(4, "a")
     first = 6
     for member in STAYING:
         group.write_global(member, events)
-    group.write_global(LEFT, events[first:])
+    group.write_global(LEFT, [e for e in events[first:] if e.seq != hole])
     for member in MEMBERS:
         group.commit_source_offsets(member)
     topic = naming.ledger_topic(group.group)
@@ -211,7 +212,12 @@ def test_a_member_seeded_from_a_trimmed_donor_is_checked_from_its_first_seq(
 
     status, report = run(group.config_path, tmp_path)
 
+    if hole is not None:  # a seq m3 lacks above its start is found, and only that one
+        assert status == 1
+        found = {(v["kind"], v["seq"], v["member"]) for v in report["violations"]}
+        assert found == {("gap", hole, "m3"), ("missing", hole, "m3")}, report["violations"]
+        return
     assert status == 0, report["violations"]
-    assert report["checked"]["fromSeq"] == first, report["checked"]
+    assert report["checked"] == {"fromSeq": 0, "toSeq": 11, "events": 12}
     assert report["lag"] == {"m1": 0, "m2": 0, "m3": 0}
     assert report["membership"]["seeded"]["m3"]["firstSeq"] == {group.topic: first}

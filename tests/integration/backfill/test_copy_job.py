@@ -10,9 +10,11 @@ from collections.abc import Callable, Sequence
 import pytest
 from confluent_kafka import OFFSET_END, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from kdsync import naming
+from kdsync.audit.positions import TopicRange
+from kdsync.audit.reader import read_range as real_read_range
 from kdsync.backfill import copy_job
 from kdsync.backfill.copy_job import BackfillError, CopyResult, KafkaEndpoint, copy_global_topics
 from kdsync.localkafka import LocalKafkaFleet
@@ -336,38 +338,77 @@ def test_resumes_from_a_donor_trimmed_below_what_was_copied(
 
     second = copy_global_topics(spark, donor, target, {topic: 30}, prefix)
 
-    # The target keeps its start: what the donor lost, it holds already.
-    assert second == CopyResult(copied={topic: 18}, present={topic: 12}, first_seq={topic: 0})
+    # The donor holds every seq from 12 on: the target is claimed complete from there (its
+    # records below 12 stay, uncounted).
+    assert second == CopyResult(copied={topic: 18}, present={topic: 0}, first_seq={topic: 12})
     copied = read_committed(target_servers, topic)
     assert as_copied(copied) == expected(records)
     assert sorted(seq_of_headers(r.headers) for r in copied) == list(range(30))
 
 
-def test_refuses_a_donor_trimmed_past_what_an_earlier_run_copied(
-    spark: SparkSession, clusters: tuple[str, str], global_topic: Callable[[], str]
+def test_resumes_from_the_later_of_the_donors_start_and_the_targets(
+    spark: SparkSession,
+    clusters: tuple[str, str],
+    global_topic: Callable[[], str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     donor_servers, target_servers = clusters
     topic = global_topic()
     create_topic(donor_servers, topic, partitions=2)
     records = global_records(make_events(range(30), topic), topic, 2)
-    write(donor_servers, records)
-    donor, target = endpoints(clusters)
-    prefix = f"kdsync-g.m4.bf-{uuid.uuid4().hex}"
-    first = copy_global_topics(spark, donor, target, {topic: 12}, prefix)
-    assert first == CopyResult(copied={topic: 12}, present={topic: 0}, first_seq={topic: 0})
-
-    # Seq 12, the next one to copy, goes to retention.
+    write(donor_servers, records[:17])
+    write(donor_servers, records[17:])
     seqs = seqs_by_partition(records)
-    holder = records[12].partition
-    trim(donor_servers, topic, {holder: seqs[holder][seqs[holder].index(12) + 1]})
-
-    with pytest.raises(BackfillError) as raised:
-        copy_global_topics(spark, donor, target, {topic: 30}, prefix)
-
-    assert str(raised.value) == (
-        f"donor m2's {topic} was trimmed past what an earlier run copied (seq 11; it holds "
-        f"every seq from {seqs[holder][seqs[holder].index(12) + 1]} only): delete m4's "
-        f"{topic} and run again"
+    # An earlier run from seq 0, killed when the partition holding seq 0 had nothing
+    # committed in the target and the other one its first eight records.
+    starter = records[0].partition
+    other = 1 - starter
+    prefix = f"kdsync-g.m4.bf-{uuid.uuid4().hex}"
+    create_topic(target_servers, topic, partitions=2)
+    earlier = [r for r in records if r.partition == other][:8]
+    produce_transactionally(
+        target_servers,
+        topic,
+        [Record(r.key, r.value, tuple(r.headers), r.timestamp_ms, other) for r in earlier],
+        transactional_id=f"{prefix}.{topic}.{other}",
     )
-    # Refused while planning: the target is as the first run left it.
-    assert as_copied(read_committed(target_servers, topic)) == expected(records[:12])
+    # Then the donor loses the starter's first five records and the other's first two:
+    # it holds every seq from the starter's sixth one (F) on.
+    trim(donor_servers, topic, {starter: seqs[starter][5], other: seqs[other][2]})
+    start = seqs[starter][5]
+    target_first = seqs[other][0]
+    assert target_first < start < seqs[other][7]  # the target's first seq: T < F
+    before = [s for s in seqs[other][:8] if s < start]  # in the target, below the start
+    donor_offsets = {
+        (r.partition, seq_of_headers(r.headers)): r.offset
+        for r in read_committed(donor_servers, topic)
+    }
+    reads: list[dict[int, int]] = []
+
+    def read_range(spark: SparkSession, rng: TopicRange) -> DataFrame:
+        reads.append(dict(rng.start))
+        return real_read_range(spark, rng)
+
+    monkeypatch.setattr(copy_job, "read_range", read_range)
+    donor, target = endpoints(clusters)
+
+    result = copy_global_topics(spark, donor, target, {topic: 30}, prefix)
+
+    # Claimed complete from max(F, T) = F; the target's records below it are not counted.
+    assert result == CopyResult(
+        copied={topic: 30 - start - (8 - len(before))},
+        present={topic: 8 - len(before)},
+        first_seq={topic: start},
+    )
+    copied = read_committed(target_servers, topic)
+    held = [seq_of_headers(r.headers) for r in copied]
+    assert sorted(s for s in held if s >= start) == list(range(start, 30))
+    assert sorted(s for s in held if s < start) == before
+    assert as_copied(copied) == expected(
+        [r for r in records if seq_of_headers(r.headers) in set(held)]
+    )
+    # Each donor partition is read from its first record at or above the start, not from
+    # its log start (which retention could delete during a long copy).
+    first_at_or_after = {p: min(s for s in seqs[p] if s >= start) for p in (starter, other)}
+    assert reads == [{p: donor_offsets[(p, s)] for p, s in first_at_or_after.items()}]
+    assert first_at_or_after[other] > seqs[other][2]

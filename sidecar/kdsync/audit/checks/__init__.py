@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from kdsync.audit.checks.by_event import event_violations
 from kdsync.audit.checks.by_seq import collisions, gaps, malformed
-from kdsync.audit.checks.model import Facts, SeqCounts, bounds_frame, in_range
+from kdsync.audit.checks.model import Facts, SeqCounts, bounds_frame, in_range, member_start
 
 
 def all_violations(
@@ -59,14 +59,14 @@ def all_violations(
         topic_counts = counts.get(b.topic)
         for member in facts.members:
             held = topic_counts.held.get(member, 0) if topic_counts is not None else 0
-            if held < facts.highs[(b.topic, member)] - b.from_seq + 1:
+            if held < facts.highs[(b.topic, member)] - member_start(facts, b, member) + 1:
                 gapped.add(member)
     collided = sorted({m for c in counts.values() for m, n in c.collided.items() if n > 0})
     if gapped or collided:
         ranged = in_range(events, bounds)
         if gapped:
             mine = ranged.where(F.col("member").isin(sorted(gapped)))
-            frames.append(gaps(spark, mine, bounds, replace(facts, members=tuple(sorted(gapped)))))
+            frames.append(gaps(spark, mine, replace(facts, members=tuple(sorted(gapped)))))
         if collided:
             frames.append(collisions(ranged.where(F.col("member").isin(collided))))
     result = frames[0]

@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from kdsync.audit.checks.columns import _text, _violations, event_text
-from kdsync.audit.checks.model import ORIGIN_KEY, Facts, SeqCounts
+from kdsync.audit.checks.model import ORIGIN_KEY, Facts, SeqCounts, member_start
 from kdsync.audit.report import DUPLICATE, FOREIGN, GAP
 
 
@@ -83,24 +83,33 @@ def collisions(ranged: DataFrame) -> DataFrame:
     )
 
 
-def gaps(spark: SparkSession, ranged: DataFrame, bounds: DataFrame, facts: Facts) -> DataFrame:
-    """Sequence numbers missing in a member between the range start and its highest seq.
+def gaps(spark: SparkSession, ranged: DataFrame, facts: Facts) -> DataFrame:
+    """Sequence numbers missing in a member between where it must begin (``member_start``)
+    and its highest seq.
 
     Runs of missing numbers are found with two anti-joins (a seq without successor starts
     a gap, a seq without predecessor ends one), so no single task sorts a member's history.
     """
     keys = ["member", "topic"]
     present = ranged.select("member", "topic", "seq").distinct()
-    sentinel_rows = [(m, b.topic, b.from_seq - 1) for b in facts.bounds for m in facts.members]
-    sentinels = spark.createDataFrame(
-        sentinel_rows,
-        StructType(
-            [
-                StructField("member", StringType(), False),
-                StructField("topic", StringType(), False),
-                StructField("seq", LongType(), False),
-            ]
-        ),
+    # Where each member's seqs must begin (the range's start, or a seeded member's first
+    # seq): a sentinel just below it, so that a run of missing seqs from there is found.
+    start_rows = [
+        (m, b.topic, member_start(facts, b, m)) for b in facts.bounds for m in facts.members
+    ]
+    schema = StructType(
+        [
+            StructField("member", StringType(), False),
+            StructField("topic", StringType(), False),
+            StructField("seq", LongType(), False),
+        ]
+    )
+    member_starts = spark.createDataFrame(start_rows, schema).withColumnRenamed("seq", "start")
+    sentinels = spark.createDataFrame([(m, t, s - 1) for m, t, s in start_rows], schema)
+    present = (
+        present.join(F.broadcast(member_starts), keys)
+        .where(F.col("seq") >= F.col("start"))
+        .drop("start")
     )
     seqs = present.unionByName(sentinels)
     highs = present.groupBy(*keys).agg(F.max("seq").alias("high"))
@@ -114,8 +123,8 @@ def gaps(spark: SparkSession, ranged: DataFrame, bounds: DataFrame, facts: Facts
     )
     ends = (
         seqs.join(has_prev, [*keys, "seq"], "left_anti")
-        .join(F.broadcast(bounds), "topic")
-        .where(F.col("seq") >= F.col("from_seq"))
+        .join(F.broadcast(member_starts), keys)
+        .where(F.col("seq") >= F.col("start"))
         .select(*keys, (F.col("seq") - 1).alias("last"))
     )
     rank_starts = Window.partitionBy(*keys).orderBy("first")

@@ -74,6 +74,12 @@ class Facts:
     first_seqs: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
+def member_start(facts: Facts, bounds: Bounds, member: str) -> int:
+    """The first seq of ``bounds`` that ``member`` must hold: the range's start, or later
+    for a member seeded by a backfill from a trimmed donor."""
+    return max(bounds.from_seq, facts.first_seqs.get((bounds.topic, member), 0))
+
+
 @dataclass(frozen=True)
 class SeqCounts:
     """Pass 3's result for one topic: distinct seqs held in range by anyone and by each
