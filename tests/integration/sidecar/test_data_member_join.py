@@ -93,8 +93,10 @@ def _members_add(urls: Sequence[str], new: LocalMember) -> subprocess.Popen[str]
             str(new.config_path),
             "--peer",
             new.peer,
+            # A deadline, not a wait: Spark's start and the copy take minutes on a
+            # loaded 2-core machine (CI runs three lanes at once).
             "--timeout",
-            "300",
+            "900",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -176,7 +178,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
                 wait_for(
                     "the backfill to commit into m4's T-global",
                     lambda: committed.now() > 0 or first.poll() is not None,
-                    300,
+                    600,
                     lambda: first_lines.text,
                     interval=0.02,
                 )
@@ -200,7 +202,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
             wait_for(
                 "the backfill to finish",
                 lambda: lines.has("Start m4's sidecar now") or second.poll() is not None,
-                300,
+                900,
                 lambda: lines.text,
             )
             assert lines.has("Start m4's sidecar now"), lines.text
@@ -209,7 +211,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
             there = [int(m.group(1)) for m in found if m is not None]
             assert there and there[0] > 0, lines.text
             group.start_member("m4")
-            wait_for("m4 to vote", lambda: second.poll() is not None, 180, lambda: lines.text)
+            wait_for("m4 to vote", lambda: second.poll() is not None, 900, lambda: lines.text)
             pauses["m4 joins (learner, backfill killed and resumed, voter)"] = pause_watch.stop()
             assert second.returncode == 0, lines.text
             assert lines.has("m4 votes now"), lines.text
