@@ -10,6 +10,7 @@ and the audit uses it as it is.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -105,6 +106,10 @@ def audit_session(
         # A local session listens on loopback only (and Spark stops warning that the host
         # name resolves to it).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python tasks (the backfill's writers) run in this interpreter, not in whatever
+        # `python3` is on PATH, which may lack kdsync and confluent-kafka (PySpark takes
+        # the workers' interpreter from this variable only).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = builder.master(master or DEFAULT_MASTER).config("spark.jars", ",".join(jars))
         local = {**DEFAULT_SETTINGS, **_quiet_logging(), **(settings or {})}
         for key, value in local.items():
