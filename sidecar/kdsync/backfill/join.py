@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from kdsync import naming
 from kdsync.backfill.copy_job import KafkaEndpoint, copy_global_topics
 from kdsync.backfill.seeding import (
+    DonorChoice,
     SeedingError,
     applied_everywhere,
     choose_donor,
@@ -80,13 +81,7 @@ class Backfill:
                 "command again"
             )
         while True:
-            seen = statuses()
-            data_members = self._data_members(seen)
-            try:
-                choice = choose_donor(seen, data_members)
-            except SeedingError as error:  # a member missed this poll: ask again
-                self._wait(deadline, str(error))
-                continue
+            data_members, choice = self._choose(statuses, deadline)
             donor = self._kafka_member(choice.donor)
             ledger = read_state(donor, self._config.group, self._timeout).ledger
             if ledger is None or ledger.applied_index < choice.floor:
@@ -105,18 +100,22 @@ class Backfill:
             self._copy(donor, ledger, point)
             return True
 
-    def _check_seeded(self, ledger: LedgerState, statuses: Statuses, deadline: float) -> None:
-        """A ledger found on the new member's cluster must be one the group's logs can
-        continue from: not one seeded for an earlier attempt (the logs were trimmed after
-        that attempt was given up), nor a former member's of the same name."""
+    def _choose(self, statuses: Statuses, deadline: float) -> tuple[list[str], DonorChoice]:
+        """The data members other than the new one, and the donor and floor among them,
+        asking again while one of them misses a poll."""
         while True:
             seen = statuses()
             data_members = self._data_members(seen)
             try:
-                floor = choose_donor(seen, data_members).floor
-                break
+                return data_members, choose_donor(seen, data_members)
             except SeedingError as error:
                 self._wait(deadline, str(error))
+
+    def _check_seeded(self, ledger: LedgerState, statuses: Statuses, deadline: float) -> None:
+        """A ledger found on the new member's cluster must be one the group's logs can
+        continue from: not one seeded for an earlier attempt (the logs were trimmed after
+        that attempt was given up), nor a former member's of the same name."""
+        floor = self._choose(statuses, deadline)[1].floor
         if ledger.applied_index < floor:
             topics = naming.ledger_topic(self._config.group), naming.log_topic(self._config.group)
             raise SeedingError(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -82,14 +82,7 @@ def seed_ledger(ledger: LedgerState, startup: Configuration) -> LedgerState:
     member must not take its own file, which names it, for the group it joins."""
     if ledger.config is not None:
         return ledger
-    return LedgerState(
-        applied_index=ledger.applied_index,
-        applied_term=ledger.applied_term,
-        marks=dict(ledger.marks),
-        next_seq=dict(ledger.next_seq),
-        config=startup,
-        config_index=0,
-    )
+    return replace(ledger, config=startup, config_index=0)
 
 
 @dataclass(frozen=True)
