@@ -30,6 +30,7 @@ import yaml
 
 from kdsync.config import ConfigError, parse_config
 from kdsync_operator.spec import (
+    ADMIN_PORT,
     API_GROUP,
     API_VERSION,
     HTTP_PORT,
@@ -52,6 +53,9 @@ AUDIT_MAIN = "local:///opt/kdsync/audit/spark_main.py"
 CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
 # A hash of what every member must share (group_agreement): see rollout.py for why.
 AGREEMENT_HASH_ANNOTATION = f"{API_GROUP}/agreement-hash"
+# A hash of the topics settings alone: the part of the agreement a restart must change
+# on every member at once (members change at runtime, one at a time: membership.py).
+TOPICS_HASH_ANNOTATION = f"{API_GROUP}/topics-hash"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 MANAGED_BY = "kdsync-operator"
 GROUP_LABEL = f"{API_GROUP}/group"
@@ -95,12 +99,22 @@ def audit_report_configmap(group: str) -> str:
     return f"{group}-audit-report"
 
 
-def peer_address(group: Group, member: str) -> str:
+def pod_host(group: Group, member: str) -> str:
     """The stable DNS name of a member's pod behind the headless Service."""
     return (
         f"{statefulset_name(group.name, member)}-0.{peers_service_name(group.name)}."
-        f"{group.namespace}.svc:{PEER_PORT}"
+        f"{group.namespace}.svc"
     )
+
+
+def peer_address(group: Group, member: str) -> str:
+    """Where the other members dial ``member``."""
+    return f"{pod_host(group, member)}:{PEER_PORT}"
+
+
+def admin_address(group: Group, member: str) -> str:
+    """Where the operator reaches ``member``'s admin listener (mutual TLS)."""
+    return f"{pod_host(group, member)}:{ADMIN_PORT}"
 
 
 # --- metadata ------------------------------------------------------------------------
@@ -213,6 +227,10 @@ def sidecar_config(
         },
         "listen": f"0.0.0.0:{PEER_PORT}",
         "http": f"0.0.0.0:{HTTP_PORT}",
+        # The operator changes the group's members through this listener, authenticated
+        # by its certificate from the group CA (membership.py).
+        "admin": {"listen": f"0.0.0.0:{ADMIN_PORT}"},
+        "allowMembershipChanges": True,
     }
     if spec.transport_of(spec.member(member)).type == "rdma":
         config["transport"] = {"type": "rdma"}
@@ -250,6 +268,12 @@ def group_agreement(group: Group) -> Obj:
         "members": [[m.name, m.witness] for m in group.spec.members],
         "topics": _topics_section(group),
     }
+
+
+def topics_agreement(group: Group) -> Obj:
+    """The part of ``group_agreement`` no rolling restart can change: the members change
+    at runtime (membership.py), so only the topics settings force a restart together."""
+    return {"topics": _topics_section(group)}
 
 
 def config_problems(group: Group, secrets: SecretData | None = None) -> list[SpecProblem]:
@@ -324,6 +348,7 @@ def _container(group: Group, member: MemberSpec) -> Obj:
         "ports": [
             {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP"},
         ],
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "http"},
@@ -373,6 +398,7 @@ def statefulset(group: Group, member: MemberSpec, config_text: str, tls_digest: 
     if transport.type == "rdma" and transport.rdma is not None:
         annotations[MULTUS_ANNOTATION] = transport.rdma.network_attachment
     annotations[AGREEMENT_HASH_ANNOTATION] = digest(group_agreement(group))
+    annotations[TOPICS_HASH_ANNOTATION] = digest(topics_agreement(group))
     pod_spec: Obj = {
         "serviceAccountName": sidecar_service_account(group.name),
         "automountServiceAccountToken": False,
@@ -448,6 +474,12 @@ def agreement_hash(sts: Mapping[str, Any]) -> str | None:
     return _template_annotation(sts, AGREEMENT_HASH_ANNOTATION)
 
 
+def topics_hash(sts: Mapping[str, Any]) -> str | None:
+    """The topics hash on an observed StatefulSet's pod template (None: an older operator
+    made it, which set only the agreement hash)."""
+    return _template_annotation(sts, TOPICS_HASH_ANNOTATION)
+
+
 # --- shared objects ------------------------------------------------------------------
 
 
@@ -463,13 +495,16 @@ def peers_service(group: Group) -> Obj:
             "ports": [
                 {"name": "peer", "port": PEER_PORT, "targetPort": "peer", "protocol": "TCP"},
                 {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": "admin", "port": ADMIN_PORT, "targetPort": "admin", "protocol": "TCP"},
             ],
         },
     }
 
 
 def network_policy(group: Group) -> Obj:
-    """Peer port: only from this group's sidecars. HTTP (probes, /metrics): from anywhere."""
+    """Peer port: only from this group's sidecars. HTTP (probes, /metrics) and the admin
+    listener (mutual TLS: only the operator's certificate may change members): from
+    anywhere, since the operator's namespace and labels are the chart's to choose."""
     own = {"matchLabels": {GROUP_LABEL: group.name, COMPONENT_LABEL: "sidecar"}}
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -481,6 +516,7 @@ def network_policy(group: Group) -> Obj:
             "ingress": [
                 {"from": [{"podSelector": own}], "ports": [{"protocol": "TCP", "port": PEER_PORT}]},
                 {"ports": [{"protocol": "TCP", "port": HTTP_PORT}]},
+                {"ports": [{"protocol": "TCP", "port": ADMIN_PORT}]},
             ],
         },
     }

@@ -18,6 +18,7 @@ class Children:
     members: dict[str, list[Obj]] = field(default_factory=dict)  # config Secret + StatefulSet
     hashes: dict[str, str] = field(default_factory=dict)  # member -> desired config hash
     agreement: str = ""  # hash of what every member must share (children.group_agreement)
+    topics: str = ""  # hash of the part a restart must change together (topics_agreement)
     audit: list[Obj] = field(default_factory=list)
     problems: list[SpecProblem] = field(default_factory=list)
 
@@ -34,6 +35,7 @@ def build_children(
     result = Children()
     result.problems = children.config_problems(group, secrets)
     result.agreement = children.digest(children.group_agreement(group))
+    result.topics = children.digest(children.topics_agreement(group))
     result.shared += [
         children.sidecar_service_account_object(group),
         children.peers_service(group),

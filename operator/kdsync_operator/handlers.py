@@ -9,8 +9,13 @@ changed, a periodic resync) runs the same idempotent ``reconcile``:
 2. ``desired.build_children`` -> every desired object;
 3. server-side apply the shared objects; ``rollout.plan_rollout`` decides which members'
    config Secret + StatefulSet may be applied now (one existing member at a time);
-4. follow the audit (``audit.audit_outcome``), build the status (``status.build_status``),
-   patch ``/status`` and post an Event for every condition transition.
+4. while the spec's members differ from the group's (or a change is under way), read
+   every member's ``/status`` over its admin listener (mutual TLS, the operator's
+   certificate from the group CA), and send the one request ``membership.plan_membership``
+   names to the leader; the rollout leaves alone what that plan holds;
+5. follow the audit (``audit.audit_outcome``), build the status (``status.build_status``),
+   patch ``/status`` and post an Event for every condition transition. While members
+   change, the reconcile runs again every ``KDSYNC_MEMBERSHIP_POLL_SECONDS`` (default 3).
 
 Environment:
 
@@ -24,6 +29,8 @@ Environment:
 * ``KDSYNC_AUDIT_DRIVER_CLUSTERROLE`` (default ``kdsync-operator-audit-driver``): the
   ClusterRole each group's audit driver is bound to in the group's namespace (the chart
   installs it and lets the operator bind only that one);
+* ``KDSYNC_MEMBERSHIP_POLL_SECONDS`` (default 3): how soon a reconcile runs again while
+  a member joins or leaves;
 * ``KDSYNC_SCRAPE_METRICS`` = ``on`` to read ``kdsync_delivered_seq`` / ``kdsync_member_lag``
   from each sidecar's ``/metrics`` (pod IP, port 8080) for the per-member status.
 """
@@ -48,7 +55,17 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from kdsync_operator import audit, children, desired, pki, rollout, status, validation
+from kdsync.admin_client import AdminClient, AdminIdentityMismatch, AdminUnreachable
+from kdsync_operator import (
+    audit,
+    children,
+    desired,
+    membership,
+    pki,
+    rollout,
+    status,
+    validation,
+)
 from kdsync_operator.spec import API_GROUP, API_VERSION, HTTP_PORT, PLURAL, Group
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -59,6 +76,8 @@ AUDIT_DRIVER_ROLE = os.environ.get(
     "KDSYNC_AUDIT_DRIVER_CLUSTERROLE", audit.DEFAULT_DRIVER_CLUSTER_ROLE
 )
 MANAGED_SELECTOR = {"app.kubernetes.io/managed-by": children.MANAGED_BY}
+MEMBERSHIP_POLL_SECONDS = float(os.environ.get("KDSYNC_MEMBERSHIP_POLL_SECONDS", "3"))
+ADMIN_TIMEOUT_SECONDS = 5.0
 
 _clients: dict[str, Any] = {}
 _locks: dict[tuple[str, str], threading.Lock] = {}
@@ -143,7 +162,10 @@ def validate(
     old = kwargs.get("old")  # the object before an UPDATE (kopf passes it; not typed there)
     old_spec = old.get("spec") if isinstance(old, Mapping) else None
     if isinstance(old_spec, Mapping):  # an UPDATE
-        problems += validation.membership_change_problems(old_spec, spec)
+        old_status = old.get("status") if isinstance(old, Mapping) else None
+        problems += validation.membership_change_problems(
+            old_spec, spec, old_status if isinstance(old_status, Mapping) else None
+        )
     if problems:
         raise kopf.AdmissionError("; ".join(str(p) for p in problems), code=422)
 
@@ -176,7 +198,7 @@ def group_deleted(body: kopf.Body, **_: Any) -> None:
 def _parent_changed(labels: Mapping[str, str], namespace: str | None, logger: Logger) -> None:
     group = labels.get(children.GROUP_LABEL)
     if group and namespace:
-        _reconcile_or_retry(namespace, group, logger)
+        _reconcile_or_retry(namespace, group, logger, come_back=False)
 
 
 @kopf.on.event("apps", "v1", "statefulsets", labels=MANAGED_SELECTOR)
@@ -194,13 +216,20 @@ def spark_event(labels: Mapping[str, str], namespace: str | None, logger: Logger
     _parent_changed(labels, namespace, logger)
 
 
-def _reconcile_or_retry(namespace: str | None, name: str | None, logger: Logger) -> None:
+def _reconcile_or_retry(
+    namespace: str | None, name: str | None, logger: Logger, *, come_back: bool = True
+) -> None:
+    """``come_back``: while members change, fail temporarily so kopf runs this handler
+    again soon (event handlers are not retried: the group's own handlers do it)."""
     if not namespace or not name:
         return
     try:
-        reconcile(namespace, name, logger)
+        changing = reconcile(namespace, name, logger)
     except ApiException as exc:
         raise kopf.TemporaryError(f"API error {exc.status}: {exc.reason}", delay=5) from exc
+    if changing and come_back:
+        # Not an error: kopf's retry is the way to come back soon, not in a resync period.
+        raise kopf.TemporaryError("members are changing", delay=MEMBERSHIP_POLL_SECONDS)
 
 
 # --- reconcile -----------------------------------------------------------------------
@@ -311,15 +340,104 @@ def _member_metrics(group: Group) -> dict[str, status.MemberMetrics]:
     return found
 
 
-def reconcile(namespace: str, name: str, logger: Logger) -> None:
+def _admin_client(group: Group, pki_secrets: Mapping[str, Any]) -> AdminClient:
+    """One client per group and CA: the operator's certificate is issued once for it."""
+    ca_data = pki_secrets[children.ca_secret_name(group.name)]["data"]
+    key = f"admin/{group.namespace}/{group.name}/{children.digest(ca_data)}"
+    if key not in _clients:
+        for old in [k for k in _clients if k.startswith(f"admin/{group.namespace}/{group.name}/")]:
+            _clients.pop(old).close()
+        _clients[key] = AdminClient(*pki.operator_credentials(group, pki_secrets), group.name)
+    return cast(AdminClient, _clients[key])
+
+
+def _ask(
+    client: AdminClient, group: Group, member: str, path: str, body: Mapping[str, Any] | None
+) -> tuple[int, dict[str, Any]] | str:
+    """(HTTP status, answer) from ``member``'s admin listener, or why it did not answer."""
+    address = children.admin_address(group, member)
+    try:
+        if body is None:
+            return client.get_json(address, path, member, ADMIN_TIMEOUT_SECONDS)
+        return client.post_json(address, path, member, dict(body), ADMIN_TIMEOUT_SECONDS)
+    except (AdminUnreachable, AdminIdentityMismatch) as exc:
+        return str(exc)
+
+
+def _membership_plan(
+    group: Group,
+    pki_secrets: Mapping[str, Any],
+    observed_sts: Mapping[str, Any],
+    previous: Mapping[str, Any],
+) -> membership.MembershipPlan:
+    """Reads the group's members over their admin listeners, only while the spec's
+    members differ from the StatefulSets or a change is under way (status.membership)."""
+    spec_members = [(m.name, m.witness) for m in group.spec.members]
+    existing = sorted(observed_sts)
+    under_way = any((previous.get("membership") or {}).values())
+    if {name for name, _ in spec_members} == set(existing) and not under_way:
+        return membership.plan_membership(
+            spec_members, existing, membership.GroupObservation(), str
+        )
+    client = _admin_client(group, pki_secrets)
+    statuses: dict[str, Mapping[str, Any]] = {}
+    unreachable: dict[str, str] = {}
+    for member in existing:
+        answer = _ask(client, group, member, "/status", None)
+        if isinstance(answer, str):
+            unreachable[member] = answer
+        elif answer[0] == 200 and answer[1].get("member") == member:
+            statuses[member] = answer[1]
+        else:
+            unreachable[member] = f"/status answered {answer[0]}"
+    observation = membership.GroupObservation(statuses, unreachable)
+    plan = membership.plan_membership(
+        spec_members, existing, observation, lambda m: children.peer_address(group, m)
+    )
+    if plan.leaving_data_member is not None and plan.leaving_data_member in statuses:
+        answer = _ask(client, group, plan.leaving_data_member, "/source-backlog", None)
+        backlog = None
+        if not isinstance(answer, str) and answer[0] == 200:
+            backlog = int(sum((answer[1].get("backlog") or {}).values()))
+        observation = membership.GroupObservation(
+            statuses, unreachable, {plan.leaving_data_member: backlog}
+        )
+        plan = membership.plan_membership(
+            spec_members, existing, observation, lambda m: children.peer_address(group, m)
+        )
+    return plan
+
+
+def _send(
+    obj: Mapping[str, Any],
+    group: Group,
+    pki_secrets: Mapping[str, Any],
+    request: membership.MembershipRequest,
+    logger: Logger,
+) -> None:
+    answer = _ask(_admin_client(group, pki_secrets), group, request.to, "/membership", request.body)
+    if isinstance(answer, str):
+        logger.warning("group %s: membership request not sent: %s", group.name, answer)
+        return
+    code, body = answer
+    text = f"asked {request.to} {dict(request.body)}: {code} {body.get('outcome')}"
+    if body.get("reason"):
+        text += f" ({body['reason']})"
+    logger.info("group %s: %s", group.name, text)
+    post = kopf.info if code == 200 else kopf.warn
+    post(cast(kopf.Body, obj), reason="MembershipChange", message=text[:1000])
+
+
+def reconcile(namespace: str, name: str, logger: Logger) -> bool:
+    """One reconcile; True while members are changing (come back soon)."""
     with _lock(namespace, name):
         obj = _get(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup", namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
-            return
-        _reconcile(obj, logger)
+            return False
+        return _reconcile(obj, logger)
 
 
-def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
+def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
     group = Group.from_object(obj)
     secrets = _referenced_secrets(group)
     pki_secrets = pki.desired_pki_secrets(group, _existing_pki(group))
@@ -327,11 +445,20 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
     observed_sts = _statefulsets(group)
     in_spec = {m.name for m in group.spec.members}
     extra = sorted(m for m in observed_sts if m not in in_spec)
+    previous = obj.get("status") or {}
+    members_plan = _membership_plan(group, pki_secrets, observed_sts, previous)
+    holds: dict[str, Any] = {
+        "hold_updates": members_plan.hold_updates,
+        "not_yet": members_plan.not_yet,
+        "keep": members_plan.keep,
+    }
     plan = rollout.plan_rollout(
         wanted.hashes,
         {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes},
         extra,
         wanted.agreement,
+        wanted.topics,
+        **holds,
     )
     if plan.together and not wanted.problems:
         logger.warning(
@@ -361,12 +488,18 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
                 _apply_audit_child(child, group, logger)
             except ResourceNotFoundError:
                 logger.warning("cannot create %s: is the spark-operator installed?", child["kind"])
+    if members_plan.request is not None and not wanted.problems:
+        _send(obj, group, pki_secrets, members_plan.request, logger)
     observed = {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes}
     after = rollout.plan_rollout(
-        wanted.hashes, observed, [m for m in extra if m not in plan.delete], wanted.agreement
+        wanted.hashes,
+        observed,
+        [m for m in extra if m not in plan.delete],
+        wanted.agreement,
+        wanted.topics,
+        **holds,
     )
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    previous = obj.get("status") or {}
     new_status = status.build_status(
         group,
         observed,
@@ -377,6 +510,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
         wanted.problems,
         _member_metrics(group),
         just_updated=plan.updating,
+        membership=members_plan,
     )
     if _differs(previous, new_status):
         _resource(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup").status.patch(
@@ -398,6 +532,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> None:
             reason="MemberUpdated",
             message=f"updated member {plan.updating}; others wait for it to be ready",
         )
+    return members_plan.changing
 
 
 def _apply_audit_child(child: Mapping[str, Any], group: Group, logger: Logger) -> None:

@@ -115,3 +115,18 @@ def desired_pki_secrets(
             kept = {"ca.crt": ca_pem, "tls.crt": _b64(_pem(cert)), "tls.key": _b64(_key_pem(key))}
         result[name] = _secret(group, name, "pki", member.name, kept)
     return result
+
+
+def operator_credentials(
+    group: Group, pki_secrets: Mapping[str, Obj]
+) -> tuple[bytes, bytes, bytes]:
+    """(CA certificate, operator certificate, operator key) as PEM, for the operator's
+    connections to the members' admin listeners: a certificate of the group CA naming the
+    operator (``kdsync.transport.identity.operator_uri``), which no member holds. Issued
+    afresh when asked; the handler keeps one per CA."""
+    data = pki_secrets[children.ca_secret_name(group.name)]["data"]
+    ca = _load_ca(group.name, data)
+    if ca is None:
+        raise ValueError(f"the CA Secret of group {group.name} holds no usable CA")
+    cert, key = ca.issue_operator()
+    return _pem(ca.cert), _pem(cert), _key_pem(key)

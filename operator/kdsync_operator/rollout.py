@@ -12,14 +12,19 @@ sidecar together and stop the group. The plan therefore:
 * deletes StatefulSets of members removed from the spec only once the rest is
   up to date and ready.
 
-One kind of change cannot go one member at a time: one that changes what every member
-must share (the member list and the topics settings: ``children.group_agreement``). The
-sidecars compare it when they connect and refuse a peer whose settings differ, so the
-first member updated could never rejoin the others and never become ready, and the
-rollout would wait for it for ever. Such a change updates every member at once: the group
-pauses ordering while they restart (no events are lost; sources are read on from the
-ledger's positions), which is what docs/operations.md tells users to expect. The webhook
-refuses changes of the member set itself, which no restart makes safe (issue #17).
+One kind of change cannot go one member at a time: one of the topics settings, which
+every member must share (``children.topics_agreement``). The sidecars compare them when
+they connect and refuse a peer whose settings differ, so the first member updated could
+never rejoin the others and never become ready, and the rollout would wait for it for
+ever. Such a change updates every member at once: the group pauses ordering while they
+restart (no events are lost; sources are read on from the ledger's positions), which is
+what docs/operations.md tells users to expect. (StatefulSets of an older operator carry
+only the agreement hash, which covers the member list too; theirs is compared instead.)
+
+The member set itself changes at runtime, one member at a time (``membership.py``): while
+the group's configuration differs from the spec, members in both keep their config
+(``hold_updates``), a new data member is not created (``not_yet``) and a removed member's
+StatefulSet stays until the group no longer counts it (``keep``).
 
 "Ready" is read from the StatefulSet status: the controller has observed the current
 generation, the update revision is the current revision, and the replica is ready.
@@ -27,11 +32,11 @@ generation, the update revision is the current revision, and the replica is read
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdsync_operator.children import agreement_hash, config_hash
+from kdsync_operator.children import agreement_hash, config_hash, topics_hash
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class MemberObservation:
     ready: bool
     hash: str | None
     agreement: str | None = None  # None: not known (an older operator made the StatefulSet)
+    topics: str | None = None  # None: not known (an operator before runtime membership)
 
 
 def statefulset_ready(sts: Mapping[str, Any] | None) -> bool:
@@ -63,6 +69,7 @@ def observe(name: str, sts: Mapping[str, Any] | None) -> MemberObservation:
         ready=statefulset_ready(sts),
         hash=config_hash(sts) if sts is not None else None,
         agreement=agreement_hash(sts) if sts is not None else None,
+        topics=topics_hash(sts) if sts is not None else None,
     )
 
 
@@ -81,31 +88,56 @@ class RolloutPlan:
         return not self.outdated and not self.delete and not self.waiting_for
 
 
+def _shared_settings_differ(
+    seen: MemberObservation, agreement: str | None, topics: str | None
+) -> bool:
+    if seen.topics is not None:
+        return topics is not None and seen.topics != topics
+    return agreement is not None and seen.agreement not in (None, agreement)
+
+
 def plan_rollout(
     desired: Mapping[str, str],
     observed: Mapping[str, MemberObservation],
     extra: Sequence[str] = (),
     agreement: str | None = None,
+    topics: str | None = None,
+    *,
+    hold_updates: bool = False,
+    not_yet: Collection[str] = (),
+    keep: Collection[str] = (),
 ) -> RolloutPlan:
     """``desired``: member -> desired config hash, in spec order. ``observed``: member ->
     what its StatefulSet shows. ``extra``: members that have a StatefulSet but are no
-    longer in the spec. ``agreement``: the desired agreement hash."""
+    longer in the spec. ``agreement``/``topics``: the desired agreement and topics hashes.
+    ``hold_updates``, ``not_yet``, ``keep``: from the membership plan (module doc)."""
     order = list(desired)
     missing = [
-        m for m in order if not observed.get(m, MemberObservation(m, False, False, None)).exists
+        m
+        for m in order
+        if not observed.get(m, MemberObservation(m, False, False, None)).exists and m not in not_yet
     ]
-    existing = [m for m in order if m not in missing]
+    existing = [m for m in order if m not in missing and m not in not_yet]
     outdated = [m for m in existing if observed[m].hash != desired[m]]
     not_ready = [m for m in existing if not observed[m].ready]
-    if agreement is not None and any(
-        observed[m].agreement not in (None, agreement) for m in outdated
-    ):
+    if hold_updates:
+        return RolloutPlan(
+            apply=tuple(missing),
+            outdated=tuple(missing + outdated),
+            notes=[
+                "the group's members are changing: the others keep their config until "
+                "the change is committed"
+            ]
+            if outdated
+            else [],
+        )
+    if any(_shared_settings_differ(observed[m], agreement, topics) for m in outdated):
         return RolloutPlan(
             apply=tuple(missing + outdated),
             outdated=tuple(missing + outdated),
             together=True,
             notes=[
-                "the members or topics settings changed: members with different settings "
+                "the topics settings changed: members with different settings "
                 "refuse each other, so every member restarts at once"
             ],
         )
@@ -119,7 +151,7 @@ def plan_rollout(
     waiting = [] if updating is not None or not outdated else not_ready
     delete: list[str] = []
     if not outdated and not missing and not not_ready:
-        delete = list(extra)
+        delete = [m for m in extra if m not in keep]
     notes: list[str] = []
     if outdated and updating is None:
         notes.append(

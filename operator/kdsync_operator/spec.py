@@ -25,6 +25,7 @@ PLURAL = "kdsyncgroups"
 DEFAULT_SIDECAR_IMAGE = "ghcr.io/kdsync/kdsync-sidecar:0.1.0"
 PEER_PORT = 7070
 HTTP_PORT = 8080
+ADMIN_PORT = 8443  # the sidecar's admin listener: mutual TLS, the operator's identity
 # Names derived from the group and a member must stay valid object names: the pod
 # `<group>-<member>-0` is a DNS label and a StatefulSet's revision label adds 11 characters.
 MAX_GROUP_PLUS_MEMBER = 51

@@ -7,6 +7,8 @@ Conditions (each with observedGeneration, reason, message, lastTransitionTime):
 * ``Degraded``: the config cannot be rendered, a member that is not being updated is
   not ready, or fewer than a majority of members are ready.
 * ``Consistent``: the last audit's verdict (see ``kdsync_operator.audit``).
+* ``Joining`` / ``Leaving``: a member is being added to / removed from the running group
+  (``kdsync_operator.membership``: the reason names the step it waits for).
 
 ``lastTransitionTime`` only moves when a condition's status changes.
 """
@@ -20,10 +22,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from kdsync_operator.audit import AuditOutcome
+from kdsync_operator.membership import MembershipPlan
+from kdsync_operator.membership import conditions as membership_conditions
 from kdsync_operator.rollout import MemberObservation, RolloutPlan
 from kdsync_operator.spec import Group, SpecProblem
 
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Consistent")
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Consistent", "Joining", "Leaving")
 # Appended to the Consistent message while a new audit run is under way.
 IN_PROGRESS_NOTE = " (meanwhile: "
 
@@ -112,9 +116,11 @@ def build_status(
     problems: Sequence[SpecProblem] = (),
     metrics: Mapping[str, MemberMetrics] | None = None,
     just_updated: str | None = None,
+    membership: MembershipPlan | None = None,
 ) -> dict[str, Any]:
     """The whole ``status`` (``plan`` is the rollout plan AFTER this round's applies;
-    ``just_updated`` the member this round updated, if any)."""
+    ``just_updated`` the member this round updated, if any; ``membership`` this round's
+    membership plan, for the Joining and Leaving conditions)."""
     previous = previous or {}
     rolling = _rolling_member(previous, plan, observed, just_updated)
     old: dict[str, Mapping[str, Any]] = {
@@ -208,10 +214,21 @@ def build_status(
     delivered = [e["deliveredSeq"] for e in member_status if "deliveredSeq" in e]
     status: dict[str, Any] = {
         "observedGeneration": group.generation,
-        "conditions": [ready_c, progressing, degraded, consistent],
+        "conditions": [
+            ready_c,
+            progressing,
+            degraded,
+            consistent,
+            *(cond(*entry) for entry in membership_conditions(membership or MembershipPlan())),
+        ],
         "members": member_status,
         "readyMembers": f"{len(ready)}/{len(members)}",
         "deliveredSeq": min(delivered) if delivered else None,
+        # What the webhook reads to allow one membership change at a time.
+        "membership": {
+            "joining": membership.joining if membership else None,
+            "leaving": membership.leaving if membership else None,
+        },
         "rollout": {
             "updating": rolling,
             "waitingFor": list(plan.waiting_for),
@@ -242,6 +259,8 @@ def transitions(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) 
         before = old.get(cond["type"], {})
         if before.get("status") == cond["status"] and before.get("reason") == cond["reason"]:
             continue
+        if not before and cond["type"] in ("Joining", "Leaving") and cond["status"] == "False":
+            continue  # nothing joining or leaving is news only after something did
         warning = (cond["type"] == "Degraded" and cond["status"] == "True") or (
             cond["type"] == "Consistent" and cond["status"] == "False"
         )

@@ -82,33 +82,87 @@ def _member_roles(spec: Mapping[str, Any]) -> dict[str, bool]:
     return roles
 
 
+def _in_progress(old_status: Mapping[str, Any] | None) -> dict[str, str]:
+    """The membership change the operator reports under way: {"joining"|"leaving": name}."""
+    progress = (old_status or {}).get("membership") or {}
+    return {k: v for k, v in progress.items() if k in ("joining", "leaving") and v}
+
+
 def membership_change_problems(
-    old_spec: Mapping[str, Any], new_spec: Mapping[str, Any]
+    old_spec: Mapping[str, Any],
+    new_spec: Mapping[str, Any],
+    old_status: Mapping[str, Any] | None = None,
 ) -> list[SpecProblem]:
     """An update that adds or removes members, or turns one into a witness or back.
 
-    Membership is static for the operator: the core changes its voters one at a time
-    and ``kdsync members remove|add`` drive that for sidecars run by hand, but the operator
-    does not yet (issue #17), and restarting members onto a new list while others still
-    run the old one could let two majorities order at once. Reordering ``members`` or
-    changing a member's Kafka settings or address is not a membership change."""
+    The operator changes a running group's members one at a time (membership.py): the
+    core commits one configuration change at a time, and a quorum of the old and the new
+    configuration overlap only then. So an update may add one witness or remove one
+    member, and only while no other change is under way; removing the member being added
+    backs that change out. Adding a data member needs a backfill of its ``T-global``,
+    which the operator does not run yet. Reordering ``members`` or changing a member's
+    Kafka settings or address is not a membership change."""
     old, new = _member_roles(old_spec), _member_roles(new_spec)
     if old == new:
         return []
-    changes = [f"adds {m}" for m in new if m not in old]
-    changes += [f"removes {m}" for m in old if m not in new]
-    changes += [
-        f"makes {m} a {'witness' if new[m] else 'data member'}"
-        for m in new
-        if m in old and old[m] != new[m]
-    ]
-    return [
-        SpecProblem(
-            "spec.members",
-            f"this update {', '.join(changes)}: a running group cannot change its members "
-            "(the operator does not change a running group's membership yet)",
-            "change members with the group stopped: delete the KdsyncGroup (its topics, "
-            "ledger and consumer groups stay in Kafka), then apply it with the new member "
-            "list (docs/operations.md, Failover)",
+    added = [m for m in new if m not in old]
+    removed = [m for m in old if m not in new]
+    switched = [m for m in new if m in old and old[m] != new[m]]
+    problems: list[SpecProblem] = []
+    for member in switched:
+        problems.append(
+            SpecProblem(
+                f"spec.members[{member}]",
+                f"this update makes {member} a {'witness' if new[member] else 'data member'}: "
+                "a member cannot change its kind (a witness keeps no T-global, a data member "
+                "counts on its own)",
+                f"remove {member} in one update, then add a member of the other kind under "
+                "a new name in another",
+            )
         )
-    ]
+    progress = _in_progress(old_status)
+    backs_out = bool(progress.get("joining")) and removed == [progress["joining"]] and not added
+    if progress and not backs_out:
+        under_way = ", ".join(f"{k} {v}" for k, v in sorted(progress.items()))
+        problems.append(
+            SpecProblem(
+                "spec.members",
+                f"a membership change is under way ({under_way}): the group changes one "
+                "member at a time",
+                "wait until the Joining and Leaving conditions are False, then apply this "
+                "change (removing the member being added backs its addition out)",
+            )
+        )
+    elif len(added) + len(removed) > 1:
+        changes = [f"adds {m}" for m in added] + [f"removes {m}" for m in removed]
+        problems.append(
+            SpecProblem(
+                "spec.members",
+                f"this update {', '.join(changes)}: a running group changes one member at a "
+                "time (with two at once, a majority of the old members and one of the new "
+                "could decide apart)",
+                "apply one change, wait until the Joining and Leaving conditions are False, "
+                "then apply the next",
+            )
+        )
+    for member in added:
+        if not new[member]:
+            problems.append(
+                SpecProblem(
+                    f"spec.members[{member}]",
+                    f"adding data member {member} needs a backfill of its T-global from a "
+                    "peer, which the operator does not run yet",
+                    "add it with `kdsync members add "
+                    f"{member} --member-config FILE` (docs/operations.md), or add a witness",
+                )
+            )
+    remaining_data = [m for m, witness in new.items() if not witness]
+    if removed and not remaining_data:
+        problems.append(
+            SpecProblem(
+                "spec.members",
+                "this update removes the last data member: a group needs one to order into",
+                "keep at least one data member",
+            )
+        )
+    return problems

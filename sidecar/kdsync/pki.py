@@ -4,7 +4,9 @@ Used by local mode and tests; a Kubernetes deployment may issue the same shape o
 certificates with its own tooling. What the transport relies on (see
 ``kdsync.transport.tls``): every member certificate is signed by the group CA, carries
 the SAN URI ``kdsync://<group>/<member>``, and is valid for both TLS server and client
-authentication (each member both listens and dials).
+authentication (each member both listens and dials). ``GroupCa.issue_operator`` issues
+the operator's client certificate for the members' admin listeners
+(``kdsync-operator://<group>``, client authentication only).
 
 Layout under ``out_dir`` (one folder per member so no member name can collide with
 another file)::
@@ -29,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kdsync.transport.base import validate_member_name
-from kdsync.transport.identity import MemberTlsFiles, member_uri
+from kdsync.transport.identity import MemberTlsFiles, member_uri, operator_uri
 
 __all__ = ["GroupCa", "MemberTlsFiles", "make_group_pki"]
 
@@ -132,7 +134,37 @@ class GroupCa:
         self, member: str, *, valid_days: int = MEMBER_VALID_DAYS
     ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         """A certificate and key for ``member`` of this CA's group."""
-        uri = member_uri(self.group, member)
+        # Each member both listens and dials: server and client authentication.
+        return self._issue(
+            member,
+            member_uri(self.group, member),
+            [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+            valid_days,
+        )
+
+    def issue_operator(
+        self, *, valid_days: int = MEMBER_VALID_DAYS
+    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+        """A certificate and key for the group's operator on the members' admin listeners.
+
+        Client authentication only: the operator never serves, and its URI scheme
+        (``kdsync-operator://<group>``) is one no peer link takes for a member.
+        """
+        return self._issue(
+            "kdsync operator",
+            operator_uri(self.group),
+            [ExtendedKeyUsageOID.CLIENT_AUTH],
+            valid_days,
+        )
+
+    def _issue(
+        self,
+        common_name: str,
+        uri: str,
+        usages: list[x509.ObjectIdentifier],
+        valid_days: int,
+    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+        """A leaf certificate of this CA whose identity is the SAN URI ``uri``."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = _now()
         cert = (
@@ -141,7 +173,7 @@ class GroupCa:
                 x509.Name(
                     [
                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, f"kdsync group {self.group}"),
-                        x509.NameAttribute(NameOID.COMMON_NAME, member),
+                        x509.NameAttribute(NameOID.COMMON_NAME, common_name),
                     ]
                 )
             )
@@ -165,12 +197,7 @@ class GroupCa:
                 ),
                 critical=True,
             )
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(
                 x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]),
                 critical=False,

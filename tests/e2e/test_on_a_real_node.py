@@ -3,7 +3,8 @@
 The tests run in file order and build on each other (one group, one traffic history):
 install, a group from examples/ becoming Ready, traffic checked by the independent
 checker, a sidecar pod killed under traffic, a spec change rolled out member by member,
-a scheduled audit through the spark-operator (passing, then catching an injected
+the witness removed and another added by editing `members` under traffic, a scheduled
+audit through the spark-operator (passing, then catching an injected
 duplicate), helm upgrade, helm uninstall. The figures they measure are printed at the end
 and written to .kdsync-run/e2e-figures.json.
 """
@@ -330,6 +331,88 @@ def test_a_topics_change_restarts_every_member_together_and_the_group_comes_back
     # is tested against the API server: tests/integration/operator/test_operator.py.)
     for pod in _produce(cluster, traffic, 500):
         cluster.tool_result(pod)
+    _check(cluster, traffic)
+
+
+def _membership_settled(cluster: Cluster, members: tuple[str, ...]) -> bool:
+    """The group runs exactly ``members`` (pods and StatefulSets), is Ready on its
+    generation, and reports nothing joining or leaving."""
+    obj = cluster.get("kdg", GROUP) or {}
+    progress = (obj.get("status") or {}).get("membership") or {}
+    pods = _sidecar_pods(cluster)
+    sets = {
+        s["metadata"]["labels"]["kdsync.io/member"]
+        for s in cluster.items("statefulsets", selector=f"kdsync.io/group={GROUP}")
+    }
+    return (
+        not any(progress.values())
+        and sets == set(members)
+        and set(pods) == set(members)
+        and all(_pod_ready(p) for p in pods.values())
+        and _group_ready(cluster)
+    )
+
+
+def _membership_events(cluster: Cluster) -> list[str]:
+    events = cluster.items("events")
+    return [
+        str(e.get("message", ""))
+        for e in events
+        if e.get("reason") == "MembershipChange"
+        and (e.get("involvedObject") or {}).get("name") == GROUP
+    ]
+
+
+def test_editing_members_removes_the_witness_then_adds_another_at_runtime_under_traffic(
+    cluster: Cluster, group: str, traffic: dict[str, int], figures: dict[str, float]
+) -> None:
+    """The two-region deployment loses its witness and gains another by `members` edits
+    alone: the operator asks the group's leader over the sidecars' admin listeners
+    (mutual TLS, its own certificate from the group CA), deletes the removed witness's
+    StatefulSet only once the group no longer counts it, and creates the new one before
+    asking. Traffic runs throughout and lands exactly once, in one order, everywhere."""
+    producers = _produce(cluster, traffic, 4000, rate=50)
+    joining_seen: list[str] = []
+    began = time.monotonic()
+    cluster.kubectl(
+        "patch", "kdg", GROUP, "-n", NAMESPACE, "--type=json",
+        "-p", json.dumps([{"op": "remove", "path": "/spec/members/2"}]),
+    )  # fmt: skip
+    wait_for(
+        "the witness out of the group and its StatefulSet gone",
+        lambda: _membership_settled(cluster, ("one", "two")),
+        timeout=600,
+    )
+    figures["members edit: witness removed, group Ready"] = round(time.monotonic() - began, 1)
+    assert any("{'remove': 'witness'}: 200" in m for m in _membership_events(cluster))
+    # Two changes at once would let two majorities decide apart: the webhook refuses them.
+    three = {"name": "three", "kafka": {"bootstrapServers": "kafka-one:9092"}}
+    two_at_once = [
+        {"op": "add", "path": "/spec/members/-", "value": {"name": "w1", "witness": True}},
+        {"op": "add", "path": "/spec/members/-", "value": three},
+    ]
+    refused = cluster.kubectl(
+        "patch", "kdg", GROUP, "-n", NAMESPACE, "--type=json", "-p", json.dumps(two_at_once),
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "one member at a time" in refused.stderr, refused.stderr
+    began = time.monotonic()
+    add = [{"op": "add", "path": "/spec/members/-", "value": {"name": "arbiter", "witness": True}}]
+    cluster.kubectl("patch", "kdg", GROUP, "-n", NAMESPACE, "--type=json", "-p", json.dumps(add))
+
+    def joined() -> bool:
+        joining = cluster.condition("kdg", GROUP, "Joining")
+        if joining.get("status") == "True":
+            joining_seen.append(str(joining.get("reason")))
+        return _membership_settled(cluster, ("one", "two", "arbiter"))
+
+    wait_for("the new witness in the group", joined, timeout=600, interval=0.5)
+    figures["members edit: witness added, group Ready"] = round(time.monotonic() - began, 1)
+    assert joining_seen, "the Joining condition was never True"
+    added = [m for m in _membership_events(cluster) if "'add': 'arbiter'" in m]
+    assert any(": 200 appended" in m for m in added), added
+    for pod in producers:
+        cluster.tool_result(pod, timeout=600)
     _check(cluster, traffic)
 
 

@@ -467,6 +467,53 @@ def test_group_rules_are_reported_alongside_field_problems(tmp_path: Path, tls_d
     ]
 
 
+# -- the admin listener ----------------------------------------------------------------
+
+
+def test_an_admin_listener_loads_with_tls(tmp_path: Path, tls_dir: Path) -> None:
+    data = three_members(tls_dir)
+    assert load_config(write(tmp_path, data)).admin is None, "off by default"
+    data["admin"] = {"listen": "0.0.0.0:8443"}
+    config = load_config(write(tmp_path, data))
+    assert config.admin is not None and config.admin.listen == "0.0.0.0:8443"
+    data["admin"] = {"listen": "[::]:8443"}
+    assert load_config(write(tmp_path, data)).admin is not None
+
+
+@pytest.mark.parametrize(
+    ("admin", "path", "phrase"),
+    [
+        ({"listen": "nonsense"}, "admin.listen", "not host:port"),
+        ({"listen": "0.0.0.0:0"}, "admin.listen", "port 0"),
+        ({"listen": "::1:8443"}, "admin.listen", "brackets"),
+        ({}, "admin.listen", ""),
+        ({"listen": "0.0.0.0:8443", "port": 8443}, "admin.port", ""),
+    ],
+)
+def test_a_bad_admin_section_is_named(
+    tmp_path: Path, tls_dir: Path, admin: Data, path: str, phrase: str
+) -> None:
+    data = three_members(tls_dir)
+    data["admin"] = admin
+    error = load_error(tmp_path, data)
+    assert [p.path for p in error.problems] == [path], str(error)
+    assert phrase in error.problems[0].problem, str(error)
+
+
+def test_an_admin_listener_without_tls_is_refused(tmp_path: Path) -> None:
+    data = two_plus_witness()  # insecure peer links
+    data["admin"] = {"listen": "127.0.0.1:8443"}
+    error = load_error(tmp_path, data)
+    assert [p.path for p in error.problems] == ["admin"], str(error)
+    problem = error.problems[0]
+    assert "needs the tls section" in problem.problem and "insecure" in problem.problem
+    assert "add `tls:" in problem.fix and "remove the admin section" in problem.fix
+    # Also reported next to field problems (the rules then run on the raw data).
+    data["ordering"] = {"tickMs": 0}
+    paths = [p.path for p in load_error(tmp_path, data).problems]
+    assert "admin" in paths and "ordering.tickMs" in paths
+
+
 # -- file-level problems ---------------------------------------------------------------
 
 

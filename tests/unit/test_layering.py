@@ -248,6 +248,18 @@ PLANTS = {
         "from kdsync import naming",
         "kdsync.verification.replica_check -> kdsync.naming",
     ),
+    "the admin client imports aiohttp": Plant(
+        "admin-client-light",
+        "sidecar/kdsync/admin_client.py",
+        "import aiohttp",
+        "kdsync.admin_client -> aiohttp",
+    ),
+    "the admin client imports the peer transport's TLS": Plant(
+        "admin-client-light",
+        "sidecar/kdsync/admin_client.py",
+        "from kdsync.transport import tls",
+        "kdsync.admin_client -> kdsync.transport.tls",
+    ),
     "the operator reaches Spark through the audit": Plant(
         "operator-not-sidecar-runtime",
         "operator/kdsync_operator/status.py",
@@ -341,3 +353,21 @@ def test_config_and_transport_settings_load_no_io_implementation() -> None:
         ["kdsync.config", "kdsync.transport", "kdsync.pki"], banned, check=probe
     )
     assert loaded == [], f"importing the config loads I/O implementation modules: {loaded}"
+
+
+def test_the_admin_client_loads_only_the_standard_library_and_identities() -> None:
+    """The operator imports kdsync.admin_client: what that loads, package ``__init__``
+    modules included, must stay clear of the sidecar's I/O stack."""
+    banned = (
+        "aiohttp",
+        "asyncio",
+        "confluent_kafka",
+        "prometheus_client",
+        "kdsync.kafka",
+        "kdsync.transport.tcp",
+        "kdsync.transport.tls",
+        "kdsync.runtime",
+    )
+    probe = "assert 'kdsync.transport.identity' in sys.modules, 'the rule checks nothing'\n"
+    loaded = loaded_modules(["kdsync.admin_client"], banned, check=probe)
+    assert loaded == [], f"importing the admin client loads the sidecar's I/O: {loaded}"

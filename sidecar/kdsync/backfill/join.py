@@ -29,9 +29,9 @@ from kdsync.backfill.seeding import (
     write_seed,
 )
 from kdsync.config import MemberConfig, SidecarConfig
+from kdsync.group_configuration import newest_configuration
 from kdsync.ordering import Configuration, LedgerState
 from kdsync.runtime.members_command import POLL_SECONDS, Statuses
-from kdsync.runtime.status_report import newest_configuration
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]

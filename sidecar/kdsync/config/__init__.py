@@ -19,8 +19,8 @@ model for files that live elsewhere (e.g. an operator rendering a config for a p
 The package, one concept per module (each imports only those above it):
 
 - ``problems``: ``ConfigProblem``, ``ConfigError`` and YAML paths;
-- ``sections``: the models of ``members[]``, ``topics``, ``tls``, ``ordering`` and
-  ``groupOffsetSync``;
+- ``sections``: the models of ``members[]``, ``topics``, ``tls``, ``admin``, ``ordering``
+  and ``groupOffsetSync``;
 - ``group_rules``: the rules that relate several fields (the members as a group);
 - ``sidecar_config``: ``SidecarConfig``, the whole file;
 - ``pydantic_errors``: pydantic's errors reworded as problems;
@@ -35,6 +35,7 @@ from kdsync.config.problems import ConfigError, ConfigProblem, Loc, format_path
 from kdsync.config.pydantic_errors import problems_from_validation_error
 from kdsync.config.sections import (
     OWNED_KAFKA_PROPERTIES,
+    AdminConfig,
     GroupOffsetSyncConfig,
     KafkaConfig,
     MemberConfig,
@@ -46,6 +47,7 @@ from kdsync.config.sidecar_config import SidecarConfig
 
 __all__ = [
     "OWNED_KAFKA_PROPERTIES",
+    "AdminConfig",
     "ConfigError",
     "ConfigProblem",
     "GroupOffsetSyncConfig",

@@ -1,9 +1,10 @@
 """Rules that relate several fields of a sidecar config: the members as a group.
 
 Member names and peer addresses unique, ``member`` one of ``members``, more data members
-than witnesses, and exactly one of mutual TLS and ``insecure``. They run on a validated
-``SidecarConfig`` and, as far as its shape allows, on raw data whose fields are not all
-valid yet, so that one run reports as much as possible.
+than witnesses, exactly one of mutual TLS and ``insecure``, and the tls section under an
+admin listener. They run on a validated ``SidecarConfig`` and, as far as its shape
+allows, on raw data whose fields are not all valid yet, so that one run reports as much
+as possible.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ MemberFacts = tuple[str | None, str | None, bool]  # name, peer, witness
 
 
 def group_problems(
-    member: str | None, members: Sequence[MemberFacts], *, insecure: bool, has_tls: bool
+    member: str | None,
+    members: Sequence[MemberFacts],
+    *,
+    insecure: bool,
+    has_tls: bool,
+    has_admin: bool = False,
 ) -> list[tuple[Loc, str, str]]:
     """Rules that relate several fields. Unknown (None) names and peers are skipped, so
     this also runs on raw data whose fields are not all valid yet."""
@@ -91,6 +97,18 @@ def group_problems(
                 "`insecure: true` for a local test",
             )
         )
+    if has_admin and not has_tls:
+        # The admin listener authenticates its clients with the group CA and serves with
+        # the member's own certificate: there is no plaintext admin listener.
+        problems.append(
+            (
+                ("admin",),
+                "the admin listener needs the tls section (it serves with this member's "
+                "certificate and checks clients against the group CA); `insecure: true` "
+                "does not cover it",
+                "add `tls: {ca: ..., cert: ..., key: ...}`, or remove the admin section",
+            )
+        )
     return problems
 
 
@@ -116,4 +134,5 @@ def raw_group_problems(data: Mapping[str, Any]) -> list[tuple[Loc, str, str]]:
         facts,
         insecure=data.get("insecure") is True,
         has_tls=data.get("tls") is not None,
+        has_admin=data.get("admin") is not None,
     )

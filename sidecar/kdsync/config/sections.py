@@ -1,8 +1,8 @@
 """The sections of a sidecar config, each a frozen pydantic model with its own checks.
 
 ``members[]`` (``MemberConfig`` with its ``KafkaConfig``), ``topics`` (``TopicsConfig``),
-``tls`` (``TlsConfig``), ``ordering`` (``OrderingConfig``) and ``groupOffsetSync``
-(``GroupOffsetSyncConfig``). Rules that relate several
+``tls`` (``TlsConfig``), ``admin`` (``AdminConfig``), ``ordering`` (``OrderingConfig``)
+and ``groupOffsetSync`` (``GroupOffsetSyncConfig``). Rules that relate several
 sections live in ``kdsync.config.group_rules``; the whole file is ``SidecarConfig``.
 """
 
@@ -408,6 +408,20 @@ class TlsConfig(ConfigModel):
 
     def files(self) -> MemberTlsFiles:
         return MemberTlsFiles(ca_cert=self.ca, cert=self.cert, key=self.key)
+
+
+class AdminConfig(ConfigModel):
+    """The admin listener: /status, /source-backlog and POST /membership over mutual TLS,
+    for the group's operator (its certificate names ``kdsync-operator://<group>``)."""
+
+    listen: str = Field(
+        description='HTTPS address, client certificate required, e.g. "0.0.0.0:8443"'
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        return check_address(value, "admin listen address")
 
 
 _TIMING_DEFAULTS = Timing()

@@ -10,6 +10,7 @@ from kdsync import naming
 from kdsync.config.group_rules import group_problems
 from kdsync.config.problems import Invalid, invalid
 from kdsync.config.sections import (
+    AdminConfig,
     ConfigModel,
     GroupOffsetSyncConfig,
     MemberConfig,
@@ -51,7 +52,12 @@ class SidecarConfig(ConfigModel):
     )
     allow_membership_changes: bool = Field(
         default=False,
-        description="take `kdsync members remove` requests (POST /membership), from this host only",
+        description="take membership changes (POST /membership): on `http` from this host "
+        "only, on the admin listener from the operator's certificate only",
+    )
+    admin: AdminConfig | None = Field(
+        default=None,
+        description="an admin listener over mutual TLS for the operator (needs tls)",
     )
     ordering: OrderingConfig = Field(
         default_factory=OrderingConfig, description="ordering core timing"
@@ -86,6 +92,7 @@ class SidecarConfig(ConfigModel):
             [(m.name, m.peer, m.witness) for m in self.members],
             insecure=self.insecure,
             has_tls=self.tls is not None,
+            has_admin=self.admin is not None,
         )
         if not problems:
             try:

@@ -1,11 +1,13 @@
 """HTTP endpoints of a sidecar: /healthz, /readyz, /metrics (Prometheus), /status (JSON),
 ``/source-backlog``, and ``POST /membership`` (``kdsync members``: remove a member, add a
-witness), which only this host may call."""
+witness), which only this host may call here. The last three are shared with the admin
+listener (``kdsync.runtime.admin_api``), which takes /membership from the operator."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Callable
 
 from aiohttp import web
 from confluent_kafka import KafkaException
@@ -16,8 +18,14 @@ from kdsync.runtime.sidecar import Sidecar
 from kdsync.transport.address import parse_address
 from kdsync.transport.base import validate_member_name
 
+# Why a caller may not change the membership (the 403 reason), or None if it may.
+CallerCheck = Callable[[web.Request], str | None]
+
 
 def build_app(sidecar: Sidecar) -> web.Application:
+    """The plain port: health, metrics, and the shared routes with /membership from
+    loopback only (``kdsync.runtime.admin_api`` serves them with authentication)."""
+
     async def healthz(_: web.Request) -> web.Response:
         # Alive unless the sidecar failed for good (restarting it is the fix).
         fatal = sidecar.fatal
@@ -33,6 +41,29 @@ def build_app(sidecar: Sidecar) -> web.Application:
         body = generate_latest(sidecar.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    add_shared_routes(app, sidecar, _loopback_caller)
+    return app
+
+
+def _loopback_caller(request: web.Request) -> str | None:
+    # The plain port also serves /metrics, which is scraped from elsewhere: only this
+    # host may change the membership through it.
+    if _from_this_host(request.remote):
+        return None
+    return (
+        f"membership changes are taken from this host only, not {request.remote}: "
+        "run kdsync members on the member's host"
+    )
+
+
+def add_shared_routes(app: web.Application, sidecar: Sidecar, caller_check: CallerCheck) -> None:
+    """GET /status, GET /source-backlog and POST /membership, the same on the plain port
+    and on the admin listener; ``caller_check`` says who may change the membership."""
+
     async def status(_: web.Request) -> web.Response:
         return web.Response(
             text=json.dumps(sidecar.status_document(), indent=2, sort_keys=True),
@@ -40,23 +71,20 @@ def build_app(sidecar: Sidecar) -> web.Application:
         )
 
     async def membership(request: web.Request) -> web.Response:
-        # Off unless the config turns it on; then from this host only: the endpoint
-        # shares the port of /metrics, which is scraped from elsewhere. The JSON content
-        # type keeps a browser on this host from posting it from another site's page.
+        # Off unless the config turns it on; then only from the callers ``caller_check``
+        # lets through. The JSON content type keeps a browser on this host from posting
+        # it from another site's page.
         if not sidecar.config.allow_membership_changes:
-            return _error(
+            return error_response(
                 403,
                 "membership changes are off for this sidecar: set allowMembershipChanges: "
-                "true in its config to take them (from this host only)",
+                "true in its config to take them",
             )
-        if not _from_this_host(request.remote):
-            return _error(
-                403,
-                f"membership changes are taken from this host only, not {request.remote}: "
-                "run kdsync members on the member's host",
-            )
+        refusal = caller_check(request)
+        if refusal is not None:
+            return error_response(403, refusal)
         if request.content_type != "application/json":
-            return _error(415, "send the request as Content-Type: application/json")
+            return error_response(415, "send the request as Content-Type: application/json")
         try:
             body = await request.json()
         except ValueError:
@@ -91,14 +119,9 @@ def build_app(sidecar: Sidecar) -> web.Application:
             return web.json_response({"reason": reason}, status=503)
         return web.json_response({"backlog": backlog})
 
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
     app.router.add_get("/status", status)
     app.router.add_get("/source-backlog", source_backlog)
     app.router.add_post("/membership", membership)
-    return app
 
 
 _BODIES = (
@@ -109,31 +132,31 @@ _BODIES = (
 def _membership_request(body: object) -> tuple[str, str, str | None, bool] | web.Response:
     """(change, member, peer address, witness) from a request body, or the error to answer."""
     if not isinstance(body, dict) or len({"add", "remove"} & set(body)) != 1:
-        return _error(400, f"expected a JSON body {_BODIES}")
+        return error_response(400, f"expected a JSON body {_BODIES}")
     change = "add" if "add" in body else "remove"
     name = body[change]
     if not isinstance(name, str) or not name:
-        return _error(400, f"{change!r} must name a member: {_BODIES}")
+        return error_response(400, f"{change!r} must name a member: {_BODIES}")
     if change == "remove":
         return change, name, None, False
     try:
         validate_member_name(name)
     except ValueError as exc:
-        return _error(400, f"{name!r} cannot be a member's name: {exc}")
+        return error_response(400, f"{name!r} cannot be a member's name: {exc}")
     witness = body.get("witness")
     if not isinstance(witness, bool):
-        return _error(
+        return error_response(
             400,
             f'say whether {name} is a witness: "witness": true, or false for a data member '
             "(whose T-global a backfill seeds: kdsync members add without --witness does it)",
         )
     address = body.get("peer")
     if not isinstance(address, str):
-        return _error(400, f"'peer' must be the host:port the other members dial {name} at")
+        return error_response(400, f"'peer' must be the host:port the other members dial {name} at")
     try:
         parse_address(address)
     except ValueError as exc:
-        return _error(400, f"'peer' {address!r} is not a usable host:port: {exc}")
+        return error_response(400, f"'peer' {address!r} is not a usable host:port: {exc}")
     return change, name, address, witness
 
 
@@ -156,7 +179,8 @@ def _from_this_host(remote: str | None) -> bool:
     return address.is_loopback
 
 
-def _error(status: int, message: str) -> web.Response:
+def error_response(status: int, message: str) -> web.Response:
+    """A refusal as JSON: ``{"outcome": "refused", "reason": message}``."""
     return web.json_response({"outcome": Outcome.REFUSED.value, "reason": message}, status=status)
 
 

@@ -32,12 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kdsync.runtime.status_report import (
+from kdsync.group_configuration import (
     describe_configuration,
-    fetch_status,
+    leader_of,
     newest_configuration,
     reported_configurations,
 )
+from kdsync.runtime.status_report import fetch_status
 
 # How often the group is asked again while waiting (the CLI polls HTTP; nothing finer).
 POLL_SECONDS = 0.5
@@ -80,12 +81,7 @@ class GroupView:
 
     @property
     def leader(self) -> str | None:
-        leaders = [
-            (s.get("term", 0), name)
-            for name, s in self.statuses.items()
-            if s.get("role") == "leader"
-        ]
-        return max(leaders)[1] if leaders else None
+        return leader_of(self.statuses)
 
 
 def look(urls: Sequence[str]) -> GroupView:

@@ -1,4 +1,5 @@
-"""``kdsync run``: one sidecar process with its HTTP server, stopped cleanly by SIGTERM."""
+"""``kdsync run``: one sidecar process with its HTTP server (and admin listener, when
+configured), stopped cleanly by SIGTERM."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import gc
 import logging
 import signal
 
+from aiohttp import web
+
 from kdsync.config import SidecarConfig
+from kdsync.runtime.admin_api import start_admin
 from kdsync.runtime.http_api import start_http
 from kdsync.runtime.sidecar import Sidecar
 
@@ -20,17 +24,45 @@ async def serve(config: SidecarConfig) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, _on_signal, sidecar, signum)
     try:
-        runner = await start_http(sidecar, config.http)
-    except OSError as exc:
-        log.error(
-            "cannot serve HTTP on %s: %s. Fix: choose a free address in `http`", config.http, exc
-        )
+        runners = await start_listeners(sidecar, config)
+    except ListenerError as exc:
+        log.error("%s", exc)
         return 2
     _tune_garbage_collection()
     try:
         return await sidecar.run()
     finally:
-        await runner.cleanup()
+        for runner in reversed(runners):
+            await runner.cleanup()
+
+
+class ListenerError(Exception):
+    """An HTTP listener could not start; the message names the cause and the fix."""
+
+
+async def start_listeners(sidecar: Sidecar, config: SidecarConfig) -> list[web.AppRunner]:
+    """The plain HTTP port, then the admin listener when ``admin`` is set. Raises
+    ListenerError, with nothing left listening, if either cannot start."""
+    try:
+        runners = [await start_http(sidecar, config.http)]
+    except OSError as exc:
+        raise ListenerError(
+            f"cannot serve HTTP on {config.http}: {exc}. Fix: choose a free address in `http`"
+        ) from exc
+    if config.admin is None:
+        return runners
+    # Validation guarantees tls with admin; checked again for the type checker.
+    assert config.tls is not None
+    try:
+        runners.append(await start_admin(sidecar, config.admin.listen, config.tls.files()))
+    except OSError as exc:  # ssl.SSLError too: the tls files do not make a usable pair
+        await runners[0].cleanup()
+        raise ListenerError(
+            f"cannot serve the admin listener on {config.admin.listen}: {exc}. Fix: choose "
+            "a free address in `admin.listen`, and check the tls files are the member's "
+            "certificate, its key and the group CA"
+        ) from exc
+    return runners
 
 
 def _tune_garbage_collection() -> None:

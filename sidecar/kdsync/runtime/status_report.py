@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from kdsync.group_configuration import describe_configuration, newest_configuration
 
 
 def fetch_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
@@ -21,29 +23,6 @@ def fetch_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
             return data
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return {"url": url, "unreachable": str(getattr(exc, "reason", exc))}
-
-
-def describe_configuration(config: Mapping[str, Any]) -> str:
-    """``m1, m2, w (witness) (index 9, committed)`` from a /status configuration."""
-    witnesses = set(config.get("witnesses", []))
-    parts = [f"{m} (witness)" if m in witnesses else m for m in config.get("voters", [])]
-    parts += [f"{m} (learner)" for m in config.get("learners", [])]
-    state = "committed" if config.get("committed") else "not yet committed"
-    return f"{', '.join(parts)} (index {config.get('index', 0)}, {state})"
-
-
-def reported_configurations(statuses: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The configuration each member reports in its /status (members of older releases
-    report none)."""
-    return [s["configuration"] for s in statuses if "configuration" in s]
-
-
-def newest_configuration(statuses: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The newest configuration the members report (a leader's is never older)."""
-    configs = reported_configurations(statuses)
-    if not configs:
-        return None
-    return max(configs, key=lambda c: (c.get("index", 0), bool(c.get("committed"))))
 
 
 def _ms(value: object) -> str:
