@@ -86,6 +86,7 @@ COPY README.md pyproject.toml /tmp/src/
 COPY sidecar /tmp/src/sidecar
 COPY operator /tmp/src/operator
 COPY sidecar/kdsync/audit/spark_main.py /opt/kdsync/audit/spark_main.py
+COPY sidecar/kdsync/backfill/spark_main.py /opt/kdsync/backfill/spark_main.py
 COPY docker/spark-entrypoint.sh /opt/kdsync/entrypoint.sh
 # --no-build-isolation: setuptools is already in the venv, so this step needs no network.
 RUN set -eu; \

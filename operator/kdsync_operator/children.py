@@ -56,6 +56,9 @@ AGREEMENT_HASH_ANNOTATION = f"{API_GROUP}/agreement-hash"
 # A hash of the topics settings alone: the part of the agreement a restart must change
 # on every member at once (members change at runtime, one at a time: membership.py).
 TOPICS_HASH_ANNOTATION = f"{API_GROUP}/topics-hash"
+# A hash of the member set (names and roles, in no order): a member whose StatefulSet
+# carries another one runs a list the group may not have committed yet (membership.py).
+MEMBERS_HASH_ANNOTATION = f"{API_GROUP}/members-hash"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 MANAGED_BY = "kdsync-operator"
 GROUP_LABEL = f"{API_GROUP}/group"
@@ -228,9 +231,10 @@ def sidecar_config(
         "listen": f"0.0.0.0:{PEER_PORT}",
         "http": f"0.0.0.0:{HTTP_PORT}",
         # The operator changes the group's members through this listener, authenticated
-        # by its certificate from the group CA (membership.py).
+        # by its certificate from the group CA (membership.py). allowMembershipChanges
+        # stays off: it would open the plain port's loopback path too, which a mesh proxy
+        # in the pod would make reachable from anywhere.
         "admin": {"listen": f"0.0.0.0:{ADMIN_PORT}"},
-        "allowMembershipChanges": True,
     }
     if spec.transport_of(spec.member(member)).type == "rdma":
         config["transport"] = {"type": "rdma"}
@@ -268,6 +272,11 @@ def group_agreement(group: Group) -> Obj:
         "members": [[m.name, m.witness] for m in group.spec.members],
         "topics": _topics_section(group),
     }
+
+
+def member_set(group: Group) -> Obj:
+    """The members as a set (names and roles): what a runtime change changes."""
+    return {"members": sorted([m.name, m.witness] for m in group.spec.members)}
 
 
 def topics_agreement(group: Group) -> Obj:
@@ -399,6 +408,7 @@ def statefulset(group: Group, member: MemberSpec, config_text: str, tls_digest: 
         annotations[MULTUS_ANNOTATION] = transport.rdma.network_attachment
     annotations[AGREEMENT_HASH_ANNOTATION] = digest(group_agreement(group))
     annotations[TOPICS_HASH_ANNOTATION] = digest(topics_agreement(group))
+    annotations[MEMBERS_HASH_ANNOTATION] = digest(member_set(group))
     pod_spec: Obj = {
         "serviceAccountName": sidecar_service_account(group.name),
         "automountServiceAccountToken": False,
@@ -472,6 +482,11 @@ def agreement_hash(sts: Mapping[str, Any]) -> str | None:
     """The agreement hash on an observed StatefulSet's pod template (None: made by an
     operator version that did not set it)."""
     return _template_annotation(sts, AGREEMENT_HASH_ANNOTATION)
+
+
+def members_hash(sts: Mapping[str, Any]) -> str | None:
+    """The member-set hash on an observed StatefulSet's pod template (None: older)."""
+    return _template_annotation(sts, MEMBERS_HASH_ANNOTATION)
 
 
 def topics_hash(sts: Mapping[str, Any]) -> str | None:

@@ -19,6 +19,7 @@ class Children:
     hashes: dict[str, str] = field(default_factory=dict)  # member -> desired config hash
     agreement: str = ""  # hash of what every member must share (children.group_agreement)
     topics: str = ""  # hash of the part a restart must change together (topics_agreement)
+    member_set: str = ""  # hash of the member set (children.member_set)
     audit: list[Obj] = field(default_factory=list)
     problems: list[SpecProblem] = field(default_factory=list)
 
@@ -36,6 +37,7 @@ def build_children(
     result.problems = children.config_problems(group, secrets)
     result.agreement = children.digest(children.group_agreement(group))
     result.topics = children.digest(children.topics_agreement(group))
+    result.member_set = children.digest(children.member_set(group))
     result.shared += [
         children.sidecar_service_account_object(group),
         children.peers_service(group),

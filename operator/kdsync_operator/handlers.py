@@ -58,6 +58,7 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from kdsync.admin_client import AdminClient, AdminIdentityMismatch, AdminUnreachable
 from kdsync_operator import (
     audit,
+    backfill,
     children,
     desired,
     membership,
@@ -163,8 +164,13 @@ def validate(
     old_spec = old.get("spec") if isinstance(old, Mapping) else None
     if isinstance(old_spec, Mapping):  # an UPDATE
         old_status = old.get("status") if isinstance(old, Mapping) else None
+        meta = old.get("metadata") if isinstance(old, Mapping) else None
+        generation = meta.get("generation") if isinstance(meta, Mapping) else None
         problems += validation.membership_change_problems(
-            old_spec, spec, old_status if isinstance(old_status, Mapping) else None
+            old_spec,
+            spec,
+            old_status if isinstance(old_status, Mapping) else None,
+            generation if isinstance(generation, int) else None,
         )
     if problems:
         raise kopf.AdmissionError("; ".join(str(p) for p in problems), code=422)
@@ -365,20 +371,29 @@ def _ask(
 
 
 def _membership_plan(
+    obj: Mapping[str, Any],
     group: Group,
     pki_secrets: Mapping[str, Any],
     observed_sts: Mapping[str, Any],
-    previous: Mapping[str, Any],
+    member_set: str,
 ) -> membership.MembershipPlan:
-    """Reads the group's members over their admin listeners, only while the spec's
-    members differ from the StatefulSets or a change is under way (status.membership)."""
+    """Reads the group's members over their admin listeners unless nothing can be
+    changing: the StatefulSets are the spec's members, each made for the spec's member set,
+    and the last status names no change under way."""
     spec_members = [(m.name, m.witness) for m in group.spec.members]
     existing = sorted(observed_sts)
-    under_way = any((previous.get("membership") or {}).values())
-    if {name for name, _ in spec_members} == set(existing) and not under_way:
-        return membership.plan_membership(
-            spec_members, existing, membership.GroupObservation(), str
-        )
+    progress = (obj.get("status") or {}).get("membership") or {}
+    settled = {name for name, _ in spec_members} == set(existing) and all(
+        children.members_hash(sts) == member_set for sts in observed_sts.values()
+    )
+    if not existing or (settled and not any(progress.values())):
+        return membership.MembershipPlan()
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    skip_drain = {
+        m.strip()
+        for m in str(annotations.get(membership.SKIP_DRAIN_ANNOTATION, "")).split(",")
+        if m.strip()
+    }
     client = _admin_client(group, pki_secrets)
     statuses: dict[str, Mapping[str, Any]] = {}
     unreachable: dict[str, str] = {}
@@ -390,22 +405,87 @@ def _membership_plan(
             statuses[member] = answer[1]
         else:
             unreachable[member] = f"/status answered {answer[0]}"
-    observation = membership.GroupObservation(statuses, unreachable)
-    plan = membership.plan_membership(
-        spec_members, existing, observation, lambda m: children.peer_address(group, m)
-    )
-    if plan.leaving_data_member is not None and plan.leaving_data_member in statuses:
-        answer = _ask(client, group, plan.leaving_data_member, "/source-backlog", None)
+    apps = _backfill_applications(group)
+    states = {m: audit.application_state(app) for m, app in apps.items()}
+    observation = membership.GroupObservation(statuses, unreachable, backfills=states)
+
+    def plan_for(seen: membership.GroupObservation) -> membership.MembershipPlan:
+        return membership.plan_membership(
+            spec_members,
+            existing,
+            seen,
+            lambda m: children.peer_address(group, m),
+            progress,
+            skip_drain,
+        )
+
+    plan = plan_for(observation)
+    leaving = plan.leaving_data_member
+    if leaving is not None and leaving in statuses:
+        answer = _ask(client, group, leaving, "/source-backlog", None)
         backlog = None
-        if not isinstance(answer, str) and answer[0] == 200:
+        if isinstance(answer, str):
+            unreachable[leaving] = answer
+        elif answer[0] == 200:
             backlog = int(sum((answer[1].get("backlog") or {}).values()))
-        observation = membership.GroupObservation(
-            statuses, unreachable, {plan.leaving_data_member: backlog}
-        )
-        plan = membership.plan_membership(
-            spec_members, existing, observation, lambda m: children.peer_address(group, m)
-        )
+        else:
+            unreachable[leaving] = f"/source-backlog answered {answer[0]}: {answer[1]}"
+        seen = membership.GroupObservation(statuses, unreachable, {leaving: backlog}, states)
+        plan = plan_for(seen)
     return plan
+
+
+def _backfill_applications(group: Group) -> dict[str, dict[str, Any]]:
+    """The group's backfill SparkApplications by member ({} without the spark-operator)."""
+    selector = (
+        f"{children.GROUP_LABEL}={group.name},{children.COMPONENT_LABEL}={backfill.COMPONENT}"
+    )
+    try:
+        items = _resource(audit.SPARK_API, "SparkApplication").get(
+            namespace=group.namespace, label_selector=selector
+        )
+    except ResourceNotFoundError:
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    for item in items.to_dict().get("items", []):
+        member = backfill.backfill_member(item)
+        if member:
+            found[member] = item
+    return found
+
+
+def _follow_backfills(
+    obj: Mapping[str, Any],
+    group: Group,
+    plan: membership.MembershipPlan,
+    secrets: Mapping[str, Any],
+    logger: Logger,
+) -> None:
+    """Creates the backfill the plan needs; deletes those no longer needed (a failed one
+    of the member joining stays, for its log, until the user deletes it)."""
+    if plan.backfill is not None:
+        try:
+            for child in backfill.backfill_objects(
+                group, plan.backfill, secrets, AUDIT_DRIVER_ROLE
+            ):
+                _apply(child)
+        except ResourceNotFoundError:
+            kopf.warn(
+                cast(kopf.Body, obj),
+                reason="BackfillNotCreated",
+                message=f"cannot create the backfill of {plan.backfill}: is the "
+                "spark-operator installed?",
+            )
+    failed_kept = plan.joining if plan.reason == "BackfillFailed" else None
+    if not plan.changing and not any(((obj.get("status") or {}).get("membership") or {}).values()):
+        return  # nothing joined or left lately: no backfill to clean up
+    for member in _backfill_applications(group):
+        if member in (plan.backfill, failed_kept):
+            continue
+        name = backfill.backfill_name(group.name, member)
+        _delete(audit.SPARK_API, "SparkApplication", group.namespace, name)
+        _delete("v1", "Secret", group.namespace, name)
+        logger.info("group %s: deleted the finished backfill of %s", group.name, member)
 
 
 def _send(
@@ -424,12 +504,14 @@ def _send(
     if body.get("reason"):
         text += f" ({body['reason']})"
     logger.info("group %s: %s", group.name, text)
+    if code == 409:
+        return  # "ask again" (a leader change, a change settling): the next round does
     post = kopf.info if code == 200 else kopf.warn
     post(cast(kopf.Body, obj), reason="MembershipChange", message=text[:1000])
 
 
 def reconcile(namespace: str, name: str, logger: Logger) -> bool:
-    """One reconcile; True while members are changing (come back soon)."""
+    """One reconcile; True while a membership step that ends soon is under way."""
     with _lock(namespace, name):
         obj = _get(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup", namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
@@ -446,7 +528,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
     in_spec = {m.name for m in group.spec.members}
     extra = sorted(m for m in observed_sts if m not in in_spec)
     previous = obj.get("status") or {}
-    members_plan = _membership_plan(group, pki_secrets, observed_sts, previous)
+    members_plan = _membership_plan(obj, group, pki_secrets, observed_sts, wanted.member_set)
     holds: dict[str, Any] = {
         "hold_updates": members_plan.hold_updates,
         "not_yet": members_plan.not_yet,
@@ -458,6 +540,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
         extra,
         wanted.agreement,
         wanted.topics,
+        wanted.member_set,
         **holds,
     )
     if plan.together and not wanted.problems:
@@ -490,6 +573,8 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
                 logger.warning("cannot create %s: is the spark-operator installed?", child["kind"])
     if members_plan.request is not None and not wanted.problems:
         _send(obj, group, pki_secrets, members_plan.request, logger)
+    if not wanted.problems:
+        _follow_backfills(obj, group, members_plan, secrets, logger)
     observed = {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes}
     after = rollout.plan_rollout(
         wanted.hashes,
@@ -497,6 +582,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
         [m for m in extra if m not in plan.delete],
         wanted.agreement,
         wanted.topics,
+        wanted.member_set,
         **holds,
     )
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -532,7 +618,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
             reason="MemberUpdated",
             message=f"updated member {plan.updating}; others wait for it to be ready",
         )
-    return members_plan.changing
+    return members_plan.come_back_soon
 
 
 def _apply_audit_child(child: Mapping[str, Any], group: Group, logger: Logger) -> None:

@@ -6,29 +6,42 @@ every member's ``/status`` over its admin listener (mutual TLS, the operator's i
 from the group CA) and calls ``plan_membership``, which names at most one request to send
 to the leader and what the rollout must leave alone meanwhile:
 
+Only the leader's configuration decides (never older than a follower's; a new witness
+reports its own startup list, which names it, but never leads); without a leader nothing
+is asked and everything is held.
+
 * **a witness added to the spec**: its StatefulSet is created at once (its sidecar waits,
-  since the others refuse it until the change is in their logs); once it answers, the
-  leader is asked to add it with its peer address, and the group counts it from then on;
+  since the others refuse it until the change is in their logs); once it answers and
+  every voter answers, the leader is asked to add it with its peer address;
+* **a data member added to the spec**: once every voter answers, the leader is asked to
+  add it as a learner (with its peer address); then its cluster is seeded by a backfill
+  SparkApplication (``backfill.py``); only once that COMPLETED is its StatefulSet
+  created, and it joins like a restarted member: the leader makes it a voter once it
+  caught up. A failed backfill is left for the user to read and delete (it resumes when
+  created again);
 * **a member removed from the spec**: a data member is drained first (every record of its
-  source topics ordered, so stop producing to them first), then the leader is asked to
-  remove it (a leader asked to remove itself hands over first); its StatefulSet is deleted
-  only once the removal is committed;
+  source topics ordered, so stop producing to them first; a learner or a member named in
+  the skip-drain annotation is not), then the leader is asked to remove it (a leader
+  asked to remove itself hands over first); its StatefulSet is deleted only once the
+  removal is committed;
 * meanwhile the other members keep their config: a member restarted onto the new member
   list before the change is in its log would be refused by the others (their lists are
   compared until the membership changed at runtime). They roll one at a time afterwards.
 
-Adding a data member needs a backfill of its ``T-global`` (``kdsync members add
---member-config``), which the operator does not run yet: its StatefulSet is not created
-and the condition says what to do. Pure: no Kubernetes client, no network.
+Pure: no Kubernetes client, no network.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdsync.group_configuration import describe_configuration, leader_of, newest_configuration
+from kdsync.group_configuration import (
+    describe_configuration,
+    leader_of,
+    reported_configurations,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,8 @@ class GroupObservation:
     # member -> records of its source topics not yet in its T-global (asked only of data
     # members leaving the group; None when it did not answer)
     backlog: Mapping[str, int | None] = field(default_factory=dict)
+    # member -> state of its backfill SparkApplication ("" when there is none)
+    backfills: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,10 +78,17 @@ class MembershipPlan:
     reason: str = "Stable"
     message: str = "the group's members are the spec's"
     leaving_data_member: str | None = None  # ask its source backlog next round
+    backfill: str | None = None  # the member whose backfill SparkApplication must exist
+    backfilling: bool = False  # that backfill runs (the Backfilling condition)
 
     @property
     def changing(self) -> bool:
         return self.joining is not None or self.leaving is not None or self.hold_updates
+
+    @property
+    def come_back_soon(self) -> bool:
+        """In a step that ends by itself soon (else the periodic resync looks again)."""
+        return self.reason in _QUICK_STEPS
 
 
 def _members(config: Mapping[str, Any]) -> list[str]:
@@ -77,58 +99,84 @@ def _silent(observation: GroupObservation) -> str:
     return "; ".join(f"{m}: {why}" for m, why in sorted(observation.unreachable.items()))
 
 
+# Steps that end by themselves soon: the reconcile comes back quickly while in one.
+_QUICK_STEPS = frozenset(
+    {"Adding", "AddingLearner", "Removing", "Committing", "WaitingForSidecar", "Backfilling",
+     "Starting", "CatchingUp"}
+)  # fmt: skip
+
+
 def plan_membership(
     spec_members: Sequence[tuple[str, bool]],
     existing: Sequence[str],
     observation: GroupObservation,
     peer_address: Callable[[str], str],
+    progress: Mapping[str, str | None] | None = None,
+    skip_drain: Collection[str] = (),
 ) -> MembershipPlan:
     """``spec_members``: (name, witness) in spec order; ``existing``: members that have a
-    StatefulSet; ``peer_address``: the address the others dial a member at."""
+    StatefulSet; ``peer_address``: the address the others dial a member at; ``progress``:
+    the change the last status named (``joining``/``leaving``), kept while the group cannot
+    say; ``skip_drain``: data members to remove without draining (the user's word).
+
+    Only the leader's configuration decides (it is never older than a follower's, and a
+    new witness, which reports its own startup list, never leads): without a leader the
+    plan holds everything."""
     spec = dict(spec_members)
-    data_members_new = frozenset(
-        m for m, witness in spec.items() if not witness and m not in existing
-    )
-    config = newest_configuration(observation.statuses.values())
-    if config is None:
-        if not existing or set(existing) == set(spec):
-            # A new group, or one whose members all run the spec's list: nothing to change
-            # (a group that is starting answers nothing yet).
-            return MembershipPlan(not_yet=data_members_new if existing else frozenset())
+    if not existing:
+        return MembershipPlan()  # a new group: every member starts from the spec's list
+    leader = leader_of(observation.statuses)
+    config = observation.statuses[leader].get("configuration") if leader else None
+    before = progress or {}
+    if not isinstance(config, Mapping):
+        known = {
+            m for c in reported_configurations(observation.statuses.values()) for m in _members(c)
+        }
         gone = [m for m in existing if m not in spec]
         new = [m for m in spec if m not in existing]
         return MembershipPlan(
             hold_updates=True,
-            not_yet=data_members_new,
+            # A data member the group may not count yet must not start on its own list.
+            not_yet=frozenset(m for m in new if not spec[m] and m not in known),
             keep=frozenset(gone),
-            joining=new[0] if new else None,
-            leaving=gone[0] if gone else None,
-            reason="GroupUnreachable",
-            message="the members in the spec differ from the running ones, and no member "
-            f"reports the group's configuration ({_silent(observation) or 'none answered'})"
-            ": the change waits until they answer on their admin port",
+            joining=before.get("joining") or (new[0] if new else None),
+            leaving=before.get("leaving") or (gone[0] if gone else None),
+            reason="NoLeader" if observation.statuses else "GroupUnreachable",
+            message="no member reports that it leads ("
+            + (_silent(observation) or "every member answered")
+            + "): members keep their config and no change is asked until one does",
         )
+    assert leader is not None  # a configuration came from the leader's status
     members = _members(config)
     in_group = set(members)
     described = describe_configuration(config)
     leaving = [m for m in members if m not in spec]
     joining = [m for m in spec if m not in in_group]
     keep = frozenset(leaving)
-    leader = leader_of(observation.statuses)
+    data_members_new = frozenset(
+        m for m, witness in spec.items() if not witness and m not in existing and m not in in_group
+    )
     if not config.get("committed"):
         return MembershipPlan(
             hold_updates=True,
-            not_yet=data_members_new,
+            not_yet=data_members_new
+            | frozenset(m for m in config.get("learners", []) if m not in existing),
             keep=keep,
             reason="Committing",
             message=f"a membership change is being committed: {described}",
-            joining=joining[0] if joining else None,
-            leaving=leaving[0] if leaving else None,
+            joining=joining[0] if joining else before.get("joining"),
+            leaving=leaving[0] if leaving else before.get("leaving"),
         )
     if leaving:
-        return _leave(leaving[0], config, observation, leader, keep, data_members_new)
+        member = leaving[0]
+        return _leave(
+            member, config, observation, leader, keep, data_members_new, member in skip_drain
+        )
     if joining:
-        return _join(joining[0], spec[joining[0]], observation, leader, peer_address, keep)
+        return _join(joining[0], spec[joining[0]], config, observation, leader, peer_address, keep)
+    learners = [m for m in config.get("learners", []) if m in spec]
+    if learners:
+        return _seed(learners[0], existing, observation, keep, data_members_new)
     return MembershipPlan(
         not_yet=data_members_new, message=f"the group's members are the spec's: {described}"
     )
@@ -138,12 +186,16 @@ def _leave(
     member: str,
     config: Mapping[str, Any],
     observation: GroupObservation,
-    leader: str | None,
+    leader: str,
     keep: frozenset[str],
     not_yet: frozenset[str],
+    skip_drain: bool,
 ) -> MembershipPlan:
     base = MembershipPlan(hold_updates=True, keep=keep, not_yet=not_yet, leaving=member)
-    if member not in config.get("witnesses", []):
+    # A learner orders nothing of its own until it votes (a backfill being backed out):
+    # nothing to drain.
+    learner = member in config.get("learners", [])
+    if member not in config.get("witnesses", []) and not learner and not skip_drain:
         backlog = observation.backlog.get(member)
         if backlog is None or backlog > 0:
             state = (
@@ -156,15 +208,10 @@ def _leave(
                 reason="Draining",
                 message=f"removing {member}: waiting until every record of its source topics "
                 f"is ordered ({state}); stop producing to them, since what it reads after its "
-                "removal never enters the order",
+                "removal never enters the order (to remove it without a drain, annotate the "
+                f"KdsyncGroup {SKIP_DRAIN_ANNOTATION}={member})",
                 leaving_data_member=member,
             )
-    if leader is None:
-        return _with(
-            base,
-            reason="NoLeader",
-            message=f"removing {member}: no member reports a leader ({_silent(observation)})",
-        )
     return _with(
         base,
         request=MembershipRequest(leader, {"remove": member}),
@@ -177,48 +224,112 @@ def _leave(
 def _join(
     member: str,
     witness: bool,
+    config: Mapping[str, Any],
     observation: GroupObservation,
-    leader: str | None,
+    leader: str,
     peer_address: Callable[[str], str],
     keep: frozenset[str],
 ) -> MembershipPlan:
     base = MembershipPlan(hold_updates=True, keep=keep, joining=member)
     if not witness:
+        base = _with(base, not_yet=frozenset({member}))
+    else:
+        own = observation.statuses.get(member)
+        if own is None:
+            why = observation.unreachable.get(member, "its pod does not answer yet")
+            return _with(
+                base,
+                reason="WaitingForSidecar",
+                message=f"adding witness {member}: waiting for its sidecar ({why})",
+            )
+        if own.get("witness") is not True:
+            return _with(
+                base,
+                reason="WrongRole",
+                message=f"{member}'s sidecar runs as a data member, not a witness",
+            )
+    # As `kdsync members add` does: the group counts a witness from the moment it is
+    # appended (and keeps its logs for a learner), so every voter must answer, on a
+    # release that reads a change carrying an address and, for a learner, reports what it
+    # has stored (allDurable, which the backfill's point is chosen from).
+    voters = [v for v in config.get("voters", []) if v != member]
+    silent = [v for v in voters if v not in observation.statuses]
+    needed = "peer" if witness else "allDurable"
+    older = [
+        v for v in voters if v in observation.statuses and needed not in observation.statuses[v]
+    ]
+    if silent or older:
+        problem = (
+            f"{', '.join(silent)} did not answer ({_silent(observation)})"
+            if silent
+            else f"{', '.join(older)} run(s) an older release: upgrade every member first"
+        )
         return _with(
             base,
-            not_yet=frozenset({member}),
-            reason="BackfillNotDriven",
-            message=f"adding data member {member} needs a backfill of its T-global, which "
-            "the operator does not run yet: take it out of the spec, or add it with "
-            "`kdsync members add --member-config` (docs/operations.md)",
+            reason="VotersNotReady",
+            message=f"adding {member}: every voter must answer first: {problem}",
         )
-    own = observation.statuses.get(member)
-    if own is None:
-        why = observation.unreachable.get(member, "its pod does not answer yet")
-        return _with(
-            base,
-            reason="WaitingForSidecar",
-            message=f"adding witness {member}: waiting for its sidecar ({why})",
-        )
-    if own.get("witness") is not True:
-        return _with(
-            base,
-            reason="WrongRole",
-            message=f"{member}'s sidecar runs as a data member, not a witness",
-        )
-    if leader is None:
-        return _with(
-            base,
-            reason="NoLeader",
-            message=f"adding witness {member}: no member reports a leader ({_silent(observation)})",
-        )
-    body = {"add": member, "witness": True, "peer": peer_address(member)}
+    body = {"add": member, "witness": witness, "peer": peer_address(member)}
+    kind = "witness" if witness else "data member"
     return _with(
         base,
         request=MembershipRequest(leader, body),
-        reason="Adding",
-        message=f"adding witness {member}: asked {leader}, which leads",
+        reason="Adding" if witness else "AddingLearner",
+        message=f"adding {kind} {member}: asked {leader}, which leads"
+        + ("" if witness else ", to add it as a learner (its backfill follows)"),
     )
+
+
+def _seed(
+    member: str,
+    existing: Sequence[str],
+    observation: GroupObservation,
+    keep: frozenset[str],
+    not_yet: frozenset[str],
+) -> MembershipPlan:
+    """A learner of the spec: backfill its cluster, then start it; it votes once caught up."""
+    base = MembershipPlan(hold_updates=True, keep=keep, joining=member, not_yet=not_yet)
+    if member in existing:
+        return _with(
+            base,
+            reason="CatchingUp",
+            message=f"adding data member {member}: its sidecar runs; the leader makes it a "
+            "voter once it has caught up",
+        )
+    state = observation.backfills.get(member, "")
+    held = not_yet | {member}
+    if state == "COMPLETED":
+        return _with(
+            base,
+            backfill=member,
+            not_yet=not_yet - {member},
+            reason="Starting",
+            message=f"adding data member {member}: its cluster is seeded; starting its sidecar",
+        )
+    if state in FAILED_STATES:
+        return _with(
+            base,
+            not_yet=held,
+            reason="BackfillFailed",
+            message=f"adding data member {member}: its backfill ended {state}; read its "
+            "driver's log, then delete the SparkApplication to run it again (it resumes), "
+            f"or remove {member} from the spec to give up",
+        )
+    return _with(
+        base,
+        not_yet=held,
+        backfill=member,
+        backfilling=True,
+        reason="Backfilling",
+        message=f"adding data member {member}: a SparkApplication copies a peer's T-global "
+        f"into its cluster ({state.lower() or 'created'})",
+    )
+
+
+# The spark-operator's states of an application that will not complete.
+SKIP_DRAIN_ANNOTATION = "kdsync.io/skip-drain"
+
+FAILED_STATES = frozenset({"FAILED", "SUBMISSION_FAILED", "FAILING", "UNKNOWN"})
 
 
 def _with(plan: MembershipPlan, **changes: Any) -> MembershipPlan:
@@ -226,7 +337,8 @@ def _with(plan: MembershipPlan, **changes: Any) -> MembershipPlan:
 
 
 def conditions(plan: MembershipPlan) -> list[tuple[str, str, str, str]]:
-    """(type, status, reason, message) of the ``Joining`` and ``Leaving`` conditions."""
+    """(type, status, reason, message) of the ``Joining``, ``Backfilling`` and ``Leaving``
+    conditions."""
     joining = (
         ("Joining", "True", plan.reason, plan.message)
         if plan.joining is not None
@@ -241,4 +353,10 @@ def conditions(plan: MembershipPlan) -> list[tuple[str, str, str, str]]:
         # Which way is not known: the group is unreachable, or commits a change.
         joining = ("Joining", "Unknown", plan.reason, plan.message)
         leaving = ("Leaving", "Unknown", plan.reason, plan.message)
-    return [joining, leaving]
+    if plan.backfilling:
+        backfilling = ("Backfilling", "True", plan.reason, plan.message)
+    elif plan.reason == "BackfillFailed":
+        backfilling = ("Backfilling", "False", plan.reason, plan.message)
+    else:
+        backfilling = ("Backfilling", "False", "NoBackfill", "no backfill runs")
+    return [joining, backfilling, leaving]

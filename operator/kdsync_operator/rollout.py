@@ -36,7 +36,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdsync_operator.children import agreement_hash, config_hash, topics_hash
+from kdsync_operator.children import agreement_hash, config_hash, members_hash, topics_hash
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class MemberObservation:
     hash: str | None
     agreement: str | None = None  # None: not known (an older operator made the StatefulSet)
     topics: str | None = None  # None: not known (an operator before runtime membership)
+    members: str | None = None  # member-set hash; None: not known (the same)
 
 
 def statefulset_ready(sts: Mapping[str, Any] | None) -> bool:
@@ -70,6 +71,7 @@ def observe(name: str, sts: Mapping[str, Any] | None) -> MemberObservation:
         hash=config_hash(sts) if sts is not None else None,
         agreement=agreement_hash(sts) if sts is not None else None,
         topics=topics_hash(sts) if sts is not None else None,
+        members=members_hash(sts) if sts is not None else None,
     )
 
 
@@ -89,11 +91,17 @@ class RolloutPlan:
 
 
 def _shared_settings_differ(
-    seen: MemberObservation, agreement: str | None, topics: str | None
+    seen: MemberObservation, agreement: str | None, topics: str | None, members: str | None
 ) -> bool:
-    if seen.topics is not None:
-        return topics is not None and seen.topics != topics
-    return agreement is not None and seen.agreement not in (None, agreement)
+    """Whether ``seen``'s member must restart together with the others: its topics
+    settings differ, or its member list differs only in order (the same set; lists are
+    compared in order until the membership changes at runtime). A different member set is
+    a runtime change, after which lists are not compared: one at a time."""
+    if agreement is None or seen.agreement in (None, agreement):
+        return False
+    if seen.topics is None or seen.members is None:
+        return True  # an older operator's StatefulSet: the agreement is all there is
+    return (topics is not None and seen.topics != topics) or seen.members == members
 
 
 def plan_rollout(
@@ -102,6 +110,7 @@ def plan_rollout(
     extra: Sequence[str] = (),
     agreement: str | None = None,
     topics: str | None = None,
+    members: str | None = None,
     *,
     hold_updates: bool = False,
     not_yet: Collection[str] = (),
@@ -109,7 +118,8 @@ def plan_rollout(
 ) -> RolloutPlan:
     """``desired``: member -> desired config hash, in spec order. ``observed``: member ->
     what its StatefulSet shows. ``extra``: members that have a StatefulSet but are no
-    longer in the spec. ``agreement``/``topics``: the desired agreement and topics hashes.
+    longer in the spec. ``agreement``/``topics``/``members``: the desired agreement,
+    topics and member-set hashes.
     ``hold_updates``, ``not_yet``, ``keep``: from the membership plan (module doc)."""
     order = list(desired)
     missing = [
@@ -131,7 +141,7 @@ def plan_rollout(
             if outdated
             else [],
         )
-    if any(_shared_settings_differ(observed[m], agreement, topics) for m in outdated):
+    if any(_shared_settings_differ(observed[m], agreement, topics, members) for m in outdated):
         return RolloutPlan(
             apply=tuple(missing + outdated),
             outdated=tuple(missing + outdated),

@@ -8,7 +8,8 @@ Conditions (each with observedGeneration, reason, message, lastTransitionTime):
   not ready, or fewer than a majority of members are ready.
 * ``Consistent``: the last audit's verdict (see ``kdsync_operator.audit``).
 * ``Joining`` / ``Leaving``: a member is being added to / removed from the running group
-  (``kdsync_operator.membership``: the reason names the step it waits for).
+  (``kdsync_operator.membership``: the reason names the step it waits for);
+  ``Backfilling``: a new data member's backfill SparkApplication runs.
 
 ``lastTransitionTime`` only moves when a condition's status changes.
 """
@@ -27,7 +28,9 @@ from kdsync_operator.membership import conditions as membership_conditions
 from kdsync_operator.rollout import MemberObservation, RolloutPlan
 from kdsync_operator.spec import Group, SpecProblem
 
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "Consistent", "Joining", "Leaving")
+CONDITION_TYPES = (
+    "Ready", "Progressing", "Degraded", "Consistent", "Joining", "Backfilling", "Leaving",
+)  # fmt: skip
 # Appended to the Consistent message while a new audit run is under way.
 IN_PROGRESS_NOTE = " (meanwhile: "
 
@@ -120,7 +123,7 @@ def build_status(
 ) -> dict[str, Any]:
     """The whole ``status`` (``plan`` is the rollout plan AFTER this round's applies;
     ``just_updated`` the member this round updated, if any; ``membership`` this round's
-    membership plan, for the Joining and Leaving conditions)."""
+    membership plan, for the Joining, Backfilling and Leaving conditions)."""
     previous = previous or {}
     rolling = _rolling_member(previous, plan, observed, just_updated)
     old: dict[str, Mapping[str, Any]] = {
@@ -259,7 +262,11 @@ def transitions(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) 
         before = old.get(cond["type"], {})
         if before.get("status") == cond["status"] and before.get("reason") == cond["reason"]:
             continue
-        if not before and cond["type"] in ("Joining", "Leaving") and cond["status"] == "False":
+        if (
+            not before
+            and cond["type"] in ("Joining", "Backfilling", "Leaving")
+            and cond["status"] == "False"
+        ):
             continue  # nothing joining or leaving is news only after something did
         warning = (cond["type"] == "Degraded" and cond["status"] == "True") or (
             cond["type"] == "Consistent" and cond["status"] == "False"

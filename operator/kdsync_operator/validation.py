@@ -88,20 +88,34 @@ def _in_progress(old_status: Mapping[str, Any] | None) -> dict[str, str]:
     return {k: v for k, v in progress.items() if k in ("joining", "leaving") and v}
 
 
+def _busy(old_status: Mapping[str, Any] | None, old_generation: int | None) -> str | None:
+    """Why the operator may not take a membership change now, judged from the object as
+    it was: it has not acted on the last edit yet, or members are rolling onto a config."""
+    if old_status is None or old_generation is None:
+        return None
+    if old_status.get("observedGeneration") != old_generation:
+        return "the operator has not acted on the last edit yet"
+    outdated = (old_status.get("rollout") or {}).get("outdated") or []
+    if outdated:
+        return f"members are rolling onto a new config ({', '.join(map(str, outdated))})"
+    return None
+
+
 def membership_change_problems(
     old_spec: Mapping[str, Any],
     new_spec: Mapping[str, Any],
     old_status: Mapping[str, Any] | None = None,
+    old_generation: int | None = None,
 ) -> list[SpecProblem]:
     """An update that adds or removes members, or turns one into a witness or back.
 
     The operator changes a running group's members one at a time (membership.py): the
     core commits one configuration change at a time, and a quorum of the old and the new
-    configuration overlap only then. So an update may add one witness or remove one
-    member, and only while no other change is under way; removing the member being added
-    backs that change out. Adding a data member needs a backfill of its ``T-global``,
-    which the operator does not run yet. Reordering ``members`` or changing a member's
-    Kafka settings or address is not a membership change."""
+    configuration overlap only then. So an update may add or remove one member, and only
+    while no other change is under way; removing the member being added (or adding back the member
+    being removed) backs that change
+    out. Reordering ``members`` or changing a member's Kafka settings or address is not a
+    membership change."""
     old, new = _member_roles(old_spec), _member_roles(new_spec)
     if old == new:
         return []
@@ -121,7 +135,10 @@ def membership_change_problems(
             )
         )
     progress = _in_progress(old_status)
-    backs_out = bool(progress.get("joining")) and removed == [progress["joining"]] and not added
+    backs_out = (removed == [progress.get("joining")] and not added) or (
+        added == [progress.get("leaving")] and not removed
+    )
+    busy = _busy(old_status, old_generation)
     if progress and not backs_out:
         under_way = ", ".join(f"{k} {v}" for k, v in sorted(progress.items()))
         problems.append(
@@ -130,7 +147,17 @@ def membership_change_problems(
                 f"a membership change is under way ({under_way}): the group changes one "
                 "member at a time",
                 "wait until the Joining and Leaving conditions are False, then apply this "
-                "change (removing the member being added backs its addition out)",
+                "change (removing the member being added, or adding back the member being "
+                "removed, backs that change out)",
+            )
+        )
+    elif busy is not None and not backs_out:
+        problems.append(
+            SpecProblem(
+                "spec.members",
+                f"{busy}: the group changes its members one at a time",
+                "wait until the Progressing, Joining and Leaving conditions are False, then "
+                "apply this change",
             )
         )
     elif len(added) + len(removed) > 1:
@@ -145,17 +172,6 @@ def membership_change_problems(
                 "then apply the next",
             )
         )
-    for member in added:
-        if not new[member]:
-            problems.append(
-                SpecProblem(
-                    f"spec.members[{member}]",
-                    f"adding data member {member} needs a backfill of its T-global from a "
-                    "peer, which the operator does not run yet",
-                    "add it with `kdsync members add "
-                    f"{member} --member-config FILE` (docs/operations.md), or add a witness",
-                )
-            )
     remaining_data = [m for m, witness in new.items() if not witness]
     if removed and not remaining_data:
         problems.append(

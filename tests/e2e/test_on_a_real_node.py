@@ -3,7 +3,8 @@
 The tests run in file order and build on each other (one group, one traffic history):
 install, a group from examples/ becoming Ready, traffic checked by the independent
 checker, a sidecar pod killed under traffic, a spec change rolled out member by member,
-the witness removed and another added by editing `members` under traffic, a scheduled
+the witness removed and another added, then a data member added with a Spark backfill
+and removed again, by editing `members` under traffic, a scheduled
 audit through the spark-operator (passing, then catching an injected
 duplicate), helm upgrade, helm uninstall. The figures they measure are printed at the end
 and written to .kdsync-run/e2e-figures.json.
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import (
     NAMESPACE,
@@ -164,11 +166,17 @@ def _produce(cluster: Cluster, traffic: dict[str, int], events: int, rate: float
     return pods
 
 
-def _check(cluster: Cluster, traffic: dict[str, int]) -> dict[str, Any]:
+def _check(
+    cluster: Cluster, traffic: dict[str, int], also: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Every event once, in one order, in the T-global of every data member (and of the
+    members in ``also``: name -> bootstrap)."""
     total = sum(traffic.values())
+    extra = [arg for m, b in (also or {}).items() for arg in ("--member", f"{m}={b}")]
     result = cluster.tool(
         "check",
         *CHECK_MEMBERS,
+        *extra,
         "--topic",
         "events",
         "--expect",
@@ -354,13 +362,22 @@ def _membership_settled(cluster: Cluster, members: tuple[str, ...]) -> bool:
 
 
 def _membership_events(cluster: Cluster) -> list[str]:
-    events = cluster.items("events")
+    return [str(e.get("message", "")) for e in _membership_event_objects(cluster)]
+
+
+def _membership_event_objects(cluster: Cluster) -> list[dict[str, Any]]:
     return [
-        str(e.get("message", ""))
-        for e in events
+        e
+        for e in cluster.items("events")
         if e.get("reason") == "MembershipChange"
         and (e.get("involvedObject") or {}).get("name") == GROUP
     ]
+
+
+def _event_time(event: dict[str, Any]) -> datetime.datetime:
+    stamp = event.get("eventTime") or event.get("firstTimestamp") or event.get("lastTimestamp")
+    assert isinstance(stamp, str), event
+    return _time(stamp)
 
 
 def test_editing_members_removes_the_witness_then_adds_another_at_runtime_under_traffic(
@@ -409,10 +426,95 @@ def test_editing_members_removes_the_witness_then_adds_another_at_runtime_under_
     wait_for("the new witness in the group", joined, timeout=600, interval=0.5)
     figures["members edit: witness added, group Ready"] = round(time.monotonic() - began, 1)
     assert joining_seen, "the Joining condition was never True"
-    added = [m for m in _membership_events(cluster) if "'add': 'arbiter'" in m]
+    added = [
+        e
+        for e in _membership_event_objects(cluster)
+        if "'add': 'arbiter'" in e.get("message", "") and ": 200 appended" in e["message"]
+    ]
+    assert added, _membership_events(cluster)
+    # The others rolled onto the new member list only after the group took the change
+    # (before, the others would refuse them); the witness's pod was there before it.
+    pods = _sidecar_pods(cluster)
+    appended = min(_event_time(e) for e in added).replace(microsecond=0)  # whole seconds
+    for member in ("one", "two"):
+        assert _time(pods[member]["metadata"]["creationTimestamp"]) >= appended, member
+    assert _time(pods["arbiter"]["metadata"]["creationTimestamp"]) <= appended
+    for pod in producers:
+        cluster.tool_result(pod, timeout=600)
+    _check(cluster, traffic)
+
+
+def _third_kafka_cluster(cluster: Cluster) -> str:
+    """kafka-three: examples/dev-kafka.yaml's kafka-one under another name, ready, with
+    topic ``events``."""
+    listing = yaml.safe_load((REPO_ROOT / "examples" / "dev-kafka.yaml").read_text())
+    one = [item for item in listing["items"] if item["metadata"]["name"] == "kafka-one"]
+    renamed = json.loads(json.dumps(one).replace("kafka-one", "kafka-three"))
+    cluster.apply({"apiVersion": "v1", "kind": "List", "items": renamed})
+    cluster.kubectl(
+        "rollout", "status", "statefulset/kafka-three", "-n", NAMESPACE, "--timeout=300s",
+        timeout=320,
+    )  # fmt: skip
+    cluster.tool("topic", "--bootstrap", "kafka-three:9092", "--topic", "events", timeout=180)
+    return "kafka-three:9092"
+
+
+def test_editing_members_adds_a_data_member_with_a_spark_backfill_then_removes_it(
+    cluster: Cluster,
+    group: str,
+    spark_operator: None,
+    traffic: dict[str, int],
+    figures: dict[str, float],
+) -> None:
+    """A third region joins by a `members` edit under traffic: the leader adds it as a
+    learner, a backfill SparkApplication seeds its cluster with a peer's T-global, only
+    then is its sidecar started, and it ends with every event once in the same order as
+    the others. Then it is removed again by an edit (drained first), its backfill gone."""
+    bootstrap = _third_kafka_cluster(cluster)
+    producers = _produce(cluster, traffic, 3000, rate=50)
+    backfilling_seen: list[str] = []
+    began = time.monotonic()
+    three = {"name": "three", "kafka": {"bootstrapServers": bootstrap}}
+    cluster.kubectl(
+        "patch", "kdg", GROUP, "-n", NAMESPACE, "--type=json",
+        "-p", json.dumps([{"op": "add", "path": "/spec/members/-", "value": three}]),
+    )  # fmt: skip
+
+    def joined() -> bool:
+        backfilling = cluster.condition("kdg", GROUP, "Backfilling")
+        if backfilling.get("status") == "True":
+            backfilling_seen.append(str(backfilling.get("message")))
+            # Its sidecar must not run while its cluster is being seeded.
+            assert "three" not in _sidecar_pods(cluster)
+        return _membership_settled(cluster, ("one", "two", "arbiter", "three"))
+
+    wait_for("the new data member in the group", joined, timeout=1500, interval=1.0)
+    figures["members edit: data member added (backfill), group Ready"] = round(
+        time.monotonic() - began, 1
+    )
+    assert backfilling_seen, "the Backfilling condition was never True"
+    added = [m for m in _membership_events(cluster) if "'add': 'three'" in m]
     assert any(": 200 appended" in m for m in added), added
     for pod in producers:
         cluster.tool_result(pod, timeout=600)
+    _check(cluster, traffic, also={"three": bootstrap})
+    began = time.monotonic()
+    members = [m["name"] for m in (cluster.get("kdg", GROUP) or {})["spec"]["members"]]
+    cluster.kubectl(
+        "patch", "kdg", GROUP, "-n", NAMESPACE, "--type=json",
+        "-p", json.dumps([{"op": "remove", "path": f"/spec/members/{members.index('three')}"}]),
+    )  # fmt: skip
+    wait_for(
+        "the data member out of the group",
+        lambda: _membership_settled(cluster, ("one", "two", "arbiter")),
+        timeout=600,
+    )
+    figures["members edit: data member removed, group Ready"] = round(time.monotonic() - began, 1)
+    assert any("{'remove': 'three'}: 200" in m for m in _membership_events(cluster))
+    assert cluster.get("sparkapplication", f"{GROUP}-backfill-three") is None
+    cluster.kubectl("delete", "-n", NAMESPACE, "statefulset/kafka-three", "service/kafka-three")
+    for pod in _produce(cluster, traffic, 300):
+        cluster.tool_result(pod)
     _check(cluster, traffic)
 
 

@@ -207,17 +207,20 @@ def test_the_operator_reads_and_changes_membership_through_the_shared_handlers(
     _run(main)
 
 
-def test_membership_changes_stay_off_unless_configured_even_for_the_operator(
+def test_the_admin_listener_is_the_opt_in_for_the_operator_not_allow_membership_changes(
     pki: Pki,
 ) -> None:
+    """The operator renders no allowMembershipChanges (which would open the plain port's
+    loopback path too, reachable through a mesh proxy): its certificate on the admin
+    listener is what lets a change in."""
+
     async def main() -> None:
         async with admin_listener(StandIn(allow=False), pki.files["a"]) as address:
             with pki.client() as client:
                 code, answer = await asyncio.to_thread(
                     client.post_json, address, "/membership", "a", {"remove": "b"}, TIMEOUT_S
                 )
-        assert code == 403 and "allowMembershipChanges" in answer["reason"], answer
-        assert answer["outcome"] == "refused"
+        assert code == 503 and answer["outcome"] == "ask-again", answer
 
     _run(main)
 
@@ -323,6 +326,9 @@ def test_the_client_refuses_a_server_that_is_another_member(pki: Pki) -> None:
     async def main() -> None:
         async with admin_listener(sidecar, pki.files["b"]) as address:
             with pki.client() as client:
+                # Both kinds of request: a read would show (status_reads) had it arrived.
+                with pytest.raises(AdminIdentityMismatch, match="kdsync://orders/b, not kdsync"):
+                    await asyncio.to_thread(client.get_json, address, "/status", "a", TIMEOUT_S)
                 with pytest.raises(AdminIdentityMismatch, match="kdsync://orders/b, not kdsync"):
                     await asyncio.to_thread(
                         client.post_json, address, "/membership", "a", {"remove": "b"}, TIMEOUT_S

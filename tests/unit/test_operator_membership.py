@@ -35,6 +35,8 @@ def doc(
         "role": role,
         "term": 3,
         "witness": witness,
+        "peer": f"{member}.peers:7070",
+        "allDurable": 10,
         "configuration": {
             "voters": members,
             "witnesses": [w for w in witnesses if w in members],
@@ -66,9 +68,11 @@ def test_a_witness_added_to_the_spec_is_created_then_added_by_the_leader() -> No
     assert plan.request is None and plan.reason == "WaitingForSidecar"
     assert plan.joining == "arbiter" and plan.hold_updates and plan.changing
     assert "arbiter" not in plan.not_yet
-    # Its sidecar answers: the leader is asked, with the address the others dial.
-    statuses["arbiter"] = doc("arbiter", ["one", "two", "witness"], witness=True)
-    existing = ["one", "two", "witness", "arbiter"]
+    # Its sidecar answers, reporting its own startup list (which names it, at index 0,
+    # committed, like everyone's): the leader's configuration decides, not its.
+    own = doc("arbiter", ["arbiter", "one", "two", "witness"], witness=True)
+    statuses = {"arbiter": own, **statuses}
+    existing = ["arbiter", "one", "two", "witness"]
     plan = plan_membership(spec, existing, GroupObservation(statuses), peer)
     assert plan.request == MembershipRequest(
         "one", {"add": "arbiter", "witness": True, "peer": "arbiter.peers:7070"}
@@ -81,9 +85,28 @@ def test_a_witness_added_to_the_spec_is_created_then_added_by_the_leader() -> No
     done = group_of("one", "two", "witness", "arbiter", index=5)
     plan = plan_membership(spec, existing, GroupObservation(done), peer)
     assert plan.request is None and not plan.changing and plan.reason == "Stable"
+    # A round in which nobody answers (a DNS blip): everything is held, the change is
+    # still named (from the last status), nothing is asked.
+    silent = GroupObservation(unreachable=dict.fromkeys(existing, "timed out"))
+    plan = plan_membership(spec, existing, silent, peer, {"joining": "arbiter"})
+    assert plan.hold_updates and plan.request is None and plan.joining == "arbiter"
+    assert plan.reason == "GroupUnreachable"
 
 
-def test_the_newest_configuration_decides_even_if_a_member_lags() -> None:
+def test_a_witness_is_added_only_while_every_voter_answers_on_a_release_that_can() -> None:
+    spec = [*SPEC, ("arbiter", True)]
+    statuses = group_of("one", "two", "witness")
+    statuses["arbiter"] = doc("arbiter", ["arbiter", "one", "two", "witness"], witness=True)
+    existing = ["arbiter", "one", "two", "witness"]
+    down = {k: v for k, v in statuses.items() if k != "two"}
+    plan = plan_membership(spec, existing, GroupObservation(down, {"two": "refused"}), peer)
+    assert plan.request is None and plan.reason == "VotersNotReady" and "two" in plan.message
+    del statuses["witness"]["peer"]
+    plan = plan_membership(spec, existing, GroupObservation(statuses), peer)
+    assert plan.request is None and "older release" in plan.message
+
+
+def test_the_leaders_configuration_decides_even_if_a_member_lags() -> None:
     statuses = group_of("one", "two", "witness", "arbiter", index=5)
     statuses["two"] = doc("two", ["one", "two", "witness"], index=0)
     spec = [*SPEC, ("arbiter", True)]
@@ -124,26 +147,72 @@ def test_removing_the_leader_asks_the_leader_which_hands_over_first() -> None:
     assert "hands over first" in plan.message
 
 
+def test_a_data_member_is_removed_without_a_drain_when_the_user_says_so() -> None:
+    spec = [("one", False), ("witness", True)]
+    statuses = group_of("one", "two", "witness")
+    plan = plan_membership(spec, list(statuses), GroupObservation(statuses), peer, None, {"two"})
+    assert plan.request == MembershipRequest("one", {"remove": "two"})
+
+
 def test_without_a_leader_nothing_is_asked() -> None:
     statuses = {m: doc(m, ["one", "two", "witness"]) for m in ("one", "two")}
     plan = plan_membership(SPEC[:2], ["one", "two", "witness"], GroupObservation(statuses), peer)
     assert plan.request is None and plan.reason == "NoLeader" and plan.hold_updates
+    assert plan.keep == {"witness"} and plan.leaving == "witness"
 
 
-def test_a_data_member_added_to_the_spec_is_not_created() -> None:
+def test_a_data_member_joins_as_a_learner_then_is_backfilled_then_started() -> None:
     spec = [*SPEC, ("three", False)]
-    plan = plan_membership(
-        spec, ["one", "two", "witness"], GroupObservation(group_of("one", "two", "witness")), peer
+    existing = ["one", "two", "witness"]
+    statuses = group_of("one", "two", "witness")
+    plan = plan_membership(spec, existing, GroupObservation(statuses), peer)
+    assert plan.request == MembershipRequest(
+        "one", {"add": "three", "witness": False, "peer": "three.peers:7070"}
     )
-    assert plan.request is None and plan.reason == "BackfillNotDriven"
-    assert plan.not_yet == {"three"} and "kdsync members add" in plan.message
+    assert plan.not_yet == {"three"} and plan.hold_updates and plan.reason == "AddingLearner"
+    # A learner: its backfill runs (created, then running); its sidecar must not start.
+    learner = group_of("one", "two", "witness", index=6)
+    for name in learner:
+        learner[name]["configuration"]["learners"] = ["three"]
+    for state in ("", "SUBMITTED", "RUNNING"):
+        observed = GroupObservation(learner, backfills={"three": state} if state else {})
+        plan = plan_membership(spec, existing, observed, peer)
+        assert plan.request is None and plan.backfill == "three" and plan.backfilling
+        assert plan.not_yet == {"three"} and plan.joining == "three"
+    conditions = {c[0]: c for c in membership.conditions(plan)}
+    assert conditions["Backfilling"][1] == "True" and conditions["Joining"][1] == "True"
+    # Seeded: its StatefulSet may be created; the backfill stays until the member votes.
+    plan = plan_membership(
+        spec, existing, GroupObservation(learner, backfills={"three": "COMPLETED"}), peer
+    )
+    assert plan.not_yet == frozenset() and plan.backfill == "three" and not plan.backfilling
+    assert plan.reason == "Starting" and plan.hold_updates
+    # Started, catching up: nothing more to do but wait; the others keep their config.
+    plan = plan_membership(spec, [*existing, "three"], GroupObservation(learner), peer)
+    assert plan.reason == "CatchingUp" and plan.backfill is None and plan.hold_updates
+    # A failed backfill is kept (its log) and said so; the member is not started.
+    plan = plan_membership(
+        spec, existing, GroupObservation(learner, backfills={"three": "FAILED"}), peer
+    )
+    assert plan.reason == "BackfillFailed" and plan.backfill is None
+    assert plan.not_yet == {"three"} and "delete the SparkApplication" in plan.message
+    assert {c[0]: c for c in membership.conditions(plan)}["Backfilling"][2] == "BackfillFailed"
+
+
+def test_a_learner_taken_out_of_the_spec_is_removed_without_a_drain() -> None:
+    learner = group_of("one", "two", "witness", index=6)
+    for name in learner:
+        learner[name]["configuration"]["learners"] = ["three"]
+    plan = plan_membership(SPEC, ["one", "two", "witness"], GroupObservation(learner), peer)
+    assert plan.request == MembershipRequest("one", {"remove": "three"})
 
 
 def test_a_group_that_does_not_answer() -> None:
     silent = GroupObservation(unreachable={"one": "refused"})
-    # New, or running the spec's members: nothing to change.
+    # New: every member starts from the spec's list.
     assert not plan_membership(SPEC, [], silent, peer).changing
-    assert not plan_membership(SPEC, ["one", "two", "witness"], silent, peer).changing
+    # Asked at all (the handler asks only when something may be changing): hold.
+    assert plan_membership(SPEC, ["one", "two", "witness"], silent, peer).hold_updates
     # The spec's members differ: wait, hold everything back, say why.
     plan = plan_membership(SPEC[:2], ["one", "two", "witness"], silent, peer)
     assert plan.hold_updates and plan.keep == {"witness"} and plan.request is None
@@ -169,19 +238,24 @@ def test_the_rollout_holds_what_the_membership_plan_says() -> None:
 
 
 def test_a_membership_change_rolls_members_one_at_a_time_but_a_topics_change_together() -> None:
-    def seen(m: str, topics: str | None, agreement: str) -> rollout.MemberObservation:
-        return rollout.MemberObservation(m, True, True, "old", agreement, topics)
+    def seen(m: str, topics: str | None, members: str | None) -> rollout.MemberObservation:
+        return rollout.MemberObservation(m, True, True, "old", "a1", topics, members)
 
     desired = {"one": "new", "two": "new"}
-    members_only = {m: seen(m, "t1", "a1") for m in desired}
-    plan = rollout.plan_rollout(desired, members_only, agreement="a2", topics="t1")
+    runtime_change = {m: seen(m, "t1", "m1") for m in desired}
+    plan = rollout.plan_rollout(desired, runtime_change, agreement="a2", topics="t1", members="m2")
     assert not plan.together and plan.apply == ("one",)
-    topics = {m: seen(m, "t1", "a1") for m in desired}
-    plan = rollout.plan_rollout(desired, topics, agreement="a2", topics="t2")
+    topics = {m: seen(m, "t1", "m1") for m in desired}
+    plan = rollout.plan_rollout(desired, topics, agreement="a2", topics="t2", members="m1")
     assert plan.together and plan.apply == ("one", "two")
+    # The same members in another order: lists are compared in order until a runtime
+    # change, so every member restarts at once, as before.
+    reordered = {m: seen(m, "t1", "m1") for m in desired}
+    plan = rollout.plan_rollout(desired, reordered, agreement="a2", topics="t1", members="m1")
+    assert plan.together
     # A StatefulSet of an operator before this one: its agreement hash decides, as before.
-    older = {m: seen(m, None, "a1") for m in desired}
-    assert rollout.plan_rollout(desired, older, agreement="a2", topics="t1").together
+    older = {m: seen(m, None, None) for m in desired}
+    assert rollout.plan_rollout(desired, older, agreement="a2", topics="t1", members="m2").together
 
 
 def make_group(members: list[dict[str, Any]]) -> Group:
@@ -214,7 +288,8 @@ def test_every_sidecar_gets_an_admin_listener_the_operator_can_reach() -> None:
     config, problems = children.sidecar_config(group, "one")
     assert problems == []
     parsed = parse_config(config, check_files=False)
-    assert parsed.allow_membership_changes
+    # Off: it would open the plain port's loopback path (a mesh proxy makes it remote).
+    assert not parsed.allow_membership_changes
     assert parsed.admin is not None and parsed.admin.listen == f"0.0.0.0:{ADMIN_PORT}"
     sts = children.statefulset(group, group.spec.members[0], "cfg", "tls")
     ports = sts["spec"]["template"]["spec"]["containers"][0]["ports"]
@@ -253,9 +328,8 @@ def test_the_webhook_refuses_two_changes_at_once() -> None:
     assert "adds w2, removes witness" in problem
 
 
-def test_the_webhook_refuses_what_the_operator_cannot_do() -> None:
-    (problem,) = problems_of(roles(("one", False), ("two", False), ("witness", True), ("c", False)))
-    assert "backfill" in problem and "kdsync members add c --member-config" in problem
+def test_the_webhook_refuses_what_no_runtime_change_can_do() -> None:
+    assert problems_of(roles(("one", False), ("two", False), ("witness", True), ("c", False))) == []
     (problem,) = problems_of(roles(("one", False), ("two", False), ("witness", False)))
     assert "makes witness a data member" in problem and "under a new name" in problem
     (problem,) = [
@@ -265,6 +339,17 @@ def test_the_webhook_refuses_what_the_operator_cannot_do() -> None:
         )
     ]
     assert "last data member" in problem
+
+
+def test_the_webhook_waits_for_the_operator_and_for_a_roll_to_end() -> None:
+    adds = roles(("one", False), ("two", False), ("witness", True), ("w2", True))
+    seen = {"observedGeneration": 3, "rollout": {"outdated": []}}
+    assert validation.membership_change_problems(OLD, adds, seen, 3) == []
+    (lagging,) = validation.membership_change_problems(OLD, adds, seen, 4)
+    assert "has not acted on the last edit" in str(lagging)
+    rolling = {"observedGeneration": 3, "rollout": {"outdated": ["two"]}}
+    (problem,) = validation.membership_change_problems(OLD, adds, rolling, 3)
+    assert "rolling onto a new config (two)" in str(problem)
 
 
 def test_the_webhook_refuses_a_change_while_one_is_under_way_but_lets_it_be_backed_out() -> None:
@@ -283,6 +368,10 @@ def test_the_webhook_refuses_a_change_while_one_is_under_way_but_lets_it_be_back
         leaving,
     )
     assert len(refused) == 1 and "leaving witness" in str(refused[0])
+    back = validation.membership_change_problems(
+        roles(("one", False), ("two", False)), OLD, leaving
+    )
+    assert back == []
 
 
 def test_the_status_shows_joining_and_leaving() -> None:
@@ -305,3 +394,37 @@ def test_the_status_shows_joining_and_leaving() -> None:
     assert found["Joining"]["status"] == "False" and stable["membership"]["joining"] is None
     changes = {(t.condition, t.status) for t in status.transitions(st, stable)}
     assert ("Joining", "False") in changes
+
+
+def test_the_backfill_runs_the_new_members_own_config_against_every_other_member() -> None:
+    import base64  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    from kdsync_operator import backfill  # noqa: PLC0415
+
+    group = make_group([*MEMBERS, {"name": "three", "kafka": {"bootstrapServers": "k3:9092"}}])
+    objects = backfill.backfill_objects(group, "three", {}, "driver-role")
+    by_kind = {o["kind"]: o for o in objects}
+    app = by_kind["SparkApplication"]
+    assert app["metadata"]["name"] == "g-backfill-three"
+    assert backfill.backfill_member(app) == "three"
+    spec = app["spec"]
+    assert spec["mainApplicationFile"] == "local:///opt/kdsync/backfill/spark_main.py"
+    urls = [
+        spec["arguments"][i + 1] for i, a in enumerate(spec["arguments"]) if a == "--status-url"
+    ]
+    assert urls == [
+        "http://g-one-0.g-peers.ns.svc:8080",
+        "http://g-two-0.g-peers.ns.svc:8080",
+        "http://g-witness-0.g-peers.ns.svc:8080",
+    ]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["config"]["secret"]["secretName"] == "g-backfill-three"
+    assert volumes["peer-tls"]["secret"]["secretName"] == "g-three-tls"
+    secret = next(o for o in objects if o["kind"] == "Secret")
+    text = base64.b64decode(secret["data"]["config.yaml"]).decode()
+    config = parse_config(yaml.safe_load(text), check_files=False)
+    assert config.member == "three" and not config.is_witness
+    assert {o["kind"] for o in objects} >= {"ServiceAccount", "RoleBinding"}
+    assert spec["driver"]["labels"]["app.kubernetes.io/component"] == "backfill"

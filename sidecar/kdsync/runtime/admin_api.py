@@ -66,7 +66,7 @@ def build_admin_app(sidecar: Sidecar) -> web.Application:
         return operator_refusal(peercert, group)
 
     app = web.Application()
-    add_shared_routes(app, sidecar, operator_only)
+    add_shared_routes(app, sidecar, operator_only, by_flag=False)
     return app
 
 

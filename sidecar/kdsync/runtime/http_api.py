@@ -60,9 +60,13 @@ def _loopback_caller(request: web.Request) -> str | None:
     )
 
 
-def add_shared_routes(app: web.Application, sidecar: Sidecar, caller_check: CallerCheck) -> None:
+def add_shared_routes(
+    app: web.Application, sidecar: Sidecar, caller_check: CallerCheck, *, by_flag: bool = True
+) -> None:
     """GET /status, GET /source-backlog and POST /membership, the same on the plain port
-    and on the admin listener; ``caller_check`` says who may change the membership."""
+    and on the admin listener; ``caller_check`` says who may change the membership, and
+    ``by_flag`` whether ``allowMembershipChanges`` must be on too (the plain port: the
+    admin listener is the opt-in itself, and only the operator's certificate passes)."""
 
     async def status(_: web.Request) -> web.Response:
         return web.Response(
@@ -74,7 +78,7 @@ def add_shared_routes(app: web.Application, sidecar: Sidecar, caller_check: Call
         # Off unless the config turns it on; then only from the callers ``caller_check``
         # lets through. The JSON content type keeps a browser on this host from posting
         # it from another site's page.
-        if not sidecar.config.allow_membership_changes:
+        if by_flag and not sidecar.config.allow_membership_changes:
             return error_response(
                 403,
                 "membership changes are off for this sidecar: set allowMembershipChanges: "

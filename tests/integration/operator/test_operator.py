@@ -258,26 +258,60 @@ def test_a_topics_change_restarts_every_member_at_once(kube: Kube) -> None:
     kubectl_wait_ready(kube, "topics", ns)
 
 
-def test_a_data_member_added_to_a_running_group_is_refused_naming_the_backfill(
+def test_a_data_member_added_while_the_group_cannot_be_asked_is_not_started(
     kube: Kube,
 ) -> None:
+    """Its sidecar may start only once the group counts it as a learner and its cluster is
+    seeded: with no pod answering here, the operator creates nothing for it, rolls
+    nobody, and says why. Reordering the same members is not a membership change."""
     ns = kube.namespace()
-    kube.apply(group_manifest("static", ns))
-    wait_for("static-east", kube.get, "sts", "static-east", ns)
-    manifest = group_manifest("static", ns)
+    before = ready_group(kube, "grow", ns)
+    manifest = group_manifest("grow", ns)
     manifest["spec"]["members"].append(
         {"name": "north", "kafka": {"bootstrapServers": "kafka-north:9092"}}
     )
-    result = kube.run("apply", "-f", "-", input=json.dumps(manifest), check=False)
-    assert result.returncode != 0, "a data member was added without its backfill"
-    assert "backfill" in result.stderr and "kdsync members add north" in result.stderr
-    group = kube.get("kdsyncgroup", "static", ns)
-    assert group is not None
-    assert [m["name"] for m in group["spec"]["members"]] == MEMBERS  # nothing was written
-    # Reordering the same members is not a membership change.
-    manifest = group_manifest("static", ns)
+    kube.apply(manifest)
+
+    def joining() -> dict[str, Any] | None:
+        group = kube.get("kdsyncgroup", "grow", ns) or {}
+        found = condition(group, "Joining") if group.get("status") else {}
+        return found if found.get("status") == "True" else None
+
+    reported = wait_for("the Joining condition", joining)
+    assert reported["reason"] == "GroupUnreachable", reported
+    for member in MEMBERS:
+        stays_old(kube, f"grow-{member}", ns, before[member], seconds=2.5)
+    assert kube.get("sts", "grow-north", ns) is None
+    assert kube.get("sparkapplication", "grow-backfill-north", ns) is None
     manifest["spec"]["members"].reverse()
     kube.run("apply", "-f", "-", input=json.dumps(manifest))
+
+
+def test_a_witness_added_while_the_group_cannot_be_asked_is_created_and_nothing_rolls(
+    kube: Kube,
+) -> None:
+    """The new witness's StatefulSet is created at once (its sidecar waits to be added),
+    but the others keep their config: once the witness exists, the StatefulSets are the
+    spec's members again, and only their member-set annotation says that the group has
+    not taken the change yet."""
+    ns = kube.namespace()
+    manifest = group_manifest("witness2", ns)
+    manifest["spec"]["members"] = manifest["spec"]["members"][:2]  # two regions, no witness
+    kube.apply(manifest)
+    data_members = ["east", "west"]
+    for member in data_members:
+        wait_for(f"witness2-{member}", kube.get, "sts", f"witness2-{member}", ns)
+        mark_ready(kube, f"witness2-{member}", ns)
+    kubectl_wait_ready(kube, "witness2", ns)
+    before = {m: config_hash(kube, f"witness2-{m}", ns) for m in data_members}
+    manifest["spec"]["members"].append({"name": "wit2", "witness": True})
+    kube.apply(manifest)
+    wait_for("witness2-wit2", kube.get, "sts", "witness2-wit2", ns)
+    for member in data_members:
+        stays_old(kube, f"witness2-{member}", ns, before[member], seconds=3.5)
+    group = kube.get("kdsyncgroup", "witness2", ns)
+    assert condition(group, "Joining")["status"] == "True", condition(group, "Joining")
+    assert group is not None and group["status"]["membership"]["joining"] == "wit2"
 
 
 def test_a_member_removed_while_the_group_cannot_be_asked_stays_and_nothing_rolls(
