@@ -24,6 +24,14 @@ COMPONENT = "backfill"
 # The job waits this long for every data member to apply its point; a SparkApplication
 # that ends without seeding fails and says why in its driver's log.
 TIMEOUT_SECONDS = 3600
+# Which join a backfill is for: the configuration index that made the member a learner
+# and the member's config hash. A COMPLETED backfill of another join (the member removed
+# and added again, its Kafka settings changed since) proves nothing about this one.
+JOIN_ANNOTATION = "kdsync.io/backfill-for"
+
+
+def join_stamp(config_index: int, config_hash: str) -> str:
+    return f"{config_index}/{config_hash}"
 
 
 def backfill_name(group: str, member: str) -> str:
@@ -36,10 +44,11 @@ def status_url(group: Group, member: str) -> str:
 
 
 def backfill_objects(
-    group: Group, member: str, secrets: SecretData, driver_cluster_role: str
+    group: Group, member: str, secrets: SecretData, driver_cluster_role: str, stamp: str
 ) -> list[Obj]:
     """The config Secret (the new member's own config), the driver's RBAC (the audit's)
-    and the SparkApplication that seeds ``member``'s cluster."""
+    and the SparkApplication that seeds ``member``'s cluster, for the join ``stamp``
+    (``join_stamp``)."""
     name = backfill_name(group.name, member)
     config, _ = children.sidecar_config(group, member, secrets)
     secret = children.config_secret(group, member, children.render_config(config))
@@ -66,13 +75,21 @@ def backfill_objects(
             volume["secret"]["secretName"] = children.tls_secret_name(group.name, member)
     for role in ("driver", "executor"):
         spec[role]["labels"] = labels
+    meta = children._meta(group, name, COMPONENT, member)
+    meta["annotations"] = {JOIN_ANNOTATION: stamp}
     application = {
         "apiVersion": audit.SPARK_API,
         "kind": "SparkApplication",
-        "metadata": children._meta(group, name, COMPONENT, member),
+        "metadata": meta,
         "spec": spec,
     }
     return [*audit.rbac_objects(group, driver_cluster_role), secret, application]
+
+
+def backfill_stamp(app: Mapping[str, Any]) -> str | None:
+    """The join a backfill SparkApplication was made for (``join_stamp``)."""
+    value = ((app.get("metadata") or {}).get("annotations") or {}).get(JOIN_ANNOTATION)
+    return value if isinstance(value, str) else None
 
 
 def backfill_member(app: Mapping[str, Any]) -> str | None:

@@ -56,6 +56,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from kdsync.admin_client import AdminClient, AdminIdentityMismatch, AdminUnreachable
+from kdsync.group_configuration import leader_of
 from kdsync_operator import (
     audit,
     backfill,
@@ -347,9 +348,11 @@ def _member_metrics(group: Group) -> dict[str, status.MemberMetrics]:
 
 
 def _admin_client(group: Group, pki_secrets: Mapping[str, Any]) -> AdminClient:
-    """One client per group and CA: the operator's certificate is issued once for it."""
+    """One client per group, CA and day: the operator's short-lived certificate is issued
+    for it (pki.operator_credentials)."""
     ca_data = pki_secrets[children.ca_secret_name(group.name)]["data"]
-    key = f"admin/{group.namespace}/{group.name}/{children.digest(ca_data)}"
+    day = datetime.datetime.now(datetime.UTC).date().isoformat()
+    key = f"admin/{group.namespace}/{group.name}/{children.digest(ca_data)}/{day}"
     if key not in _clients:
         for old in [k for k in _clients if k.startswith(f"admin/{group.namespace}/{group.name}/")]:
             _clients.pop(old).close()
@@ -376,6 +379,8 @@ def _membership_plan(
     pki_secrets: Mapping[str, Any],
     observed_sts: Mapping[str, Any],
     member_set: str,
+    hashes: Mapping[str, str],
+    logger: Logger,
 ) -> membership.MembershipPlan:
     """Reads the group's members over their admin listeners unless nothing can be
     changing: the StatefulSets are the spec's members, each made for the spec's member set,
@@ -383,8 +388,10 @@ def _membership_plan(
     spec_members = [(m.name, m.witness) for m in group.spec.members]
     existing = sorted(observed_sts)
     progress = (obj.get("status") or {}).get("membership") or {}
+    # A StatefulSet without the annotation was made by an operator before runtime
+    # membership changes, whose webhook refused them: it runs the spec's member list.
     settled = {name for name, _ in spec_members} == set(existing) and all(
-        children.members_hash(sts) == member_set for sts in observed_sts.values()
+        children.members_hash(sts) in (member_set, None) for sts in observed_sts.values()
     )
     if not existing or (settled and not any(progress.values())):
         return membership.MembershipPlan()
@@ -405,8 +412,7 @@ def _membership_plan(
             statuses[member] = answer[1]
         else:
             unreachable[member] = f"/status answered {answer[0]}"
-    apps = _backfill_applications(group)
-    states = {m: audit.application_state(app) for m, app in apps.items()}
+    states = _backfill_states(group, statuses, hashes, logger)
     observation = membership.GroupObservation(statuses, unreachable, backfills=states)
 
     def plan_for(seen: membership.GroupObservation) -> membership.MembershipPlan:
@@ -454,37 +460,66 @@ def _backfill_applications(group: Group) -> dict[str, dict[str, Any]]:
     return found
 
 
+def _delete_backfill(group: Group, member: str) -> None:
+    name = backfill.backfill_name(group.name, member)
+    _delete(audit.SPARK_API, "SparkApplication", group.namespace, name)
+    _delete("v1", "Secret", group.namespace, name)
+
+
+def _backfill_states(
+    group: Group,
+    statuses: Mapping[str, Mapping[str, Any]],
+    hashes: Mapping[str, str],
+    logger: Logger,
+) -> dict[str, str]:
+    """Each backfill's state; DELETING for one being deleted, or made for another join of
+    its member (a learner now: deleted here, so that it runs afresh)."""
+    leader = leader_of(statuses)
+    config = (statuses.get(leader) or {}).get("configuration") if leader else None
+    learners = (config or {}).get("learners", []) if isinstance(config, Mapping) else []
+    states: dict[str, str] = {}
+    for member, app in _backfill_applications(group).items():
+        if (app.get("metadata") or {}).get("deletionTimestamp"):
+            states[member] = membership.DELETING
+            continue
+        if member in learners and member in hashes:
+            assert isinstance(config, Mapping)
+            expected = backfill.join_stamp(int(config.get("index", 0)), hashes[member])
+            if backfill.backfill_stamp(app) != expected:
+                _delete_backfill(group, member)
+                logger.info(
+                    "group %s: deleted a backfill of %s made for another join", group.name, member
+                )
+                states[member] = membership.DELETING
+                continue
+        states[member] = audit.application_state(app)
+    return states
+
+
 def _follow_backfills(
-    obj: Mapping[str, Any],
     group: Group,
     plan: membership.MembershipPlan,
     secrets: Mapping[str, Any],
+    hashes: Mapping[str, str],
     logger: Logger,
 ) -> None:
-    """Creates the backfill the plan needs; deletes those no longer needed (a failed one
-    of the member joining stays, for its log, until the user deletes it)."""
-    if plan.backfill is not None:
+    """Creates the backfill the plan needs; deletes those the plan says are done with (a
+    failed one of the member joining stays, for its log, until the user deletes it)."""
+    if plan.backfill is not None and plan.join_index is not None:
+        stamp = backfill.join_stamp(plan.join_index, hashes[plan.backfill])
         try:
             for child in backfill.backfill_objects(
-                group, plan.backfill, secrets, AUDIT_DRIVER_ROLE
+                group, plan.backfill, secrets, AUDIT_DRIVER_ROLE, stamp
             ):
                 _apply(child)
         except ResourceNotFoundError:
-            kopf.warn(
-                cast(kopf.Body, obj),
-                reason="BackfillNotCreated",
-                message=f"cannot create the backfill of {plan.backfill}: is the "
-                "spark-operator installed?",
+            logger.warning(
+                "group %s: cannot create the backfill of %s: is the spark-operator installed?",
+                group.name,
+                plan.backfill,
             )
-    failed_kept = plan.joining if plan.reason == "BackfillFailed" else None
-    if not plan.changing and not any(((obj.get("status") or {}).get("membership") or {}).values()):
-        return  # nothing joined or left lately: no backfill to clean up
-    for member in _backfill_applications(group):
-        if member in (plan.backfill, failed_kept):
-            continue
-        name = backfill.backfill_name(group.name, member)
-        _delete(audit.SPARK_API, "SparkApplication", group.namespace, name)
-        _delete("v1", "Secret", group.namespace, name)
+    for member in plan.drop_backfills:
+        _delete_backfill(group, member)
         logger.info("group %s: deleted the finished backfill of %s", group.name, member)
 
 
@@ -528,7 +563,9 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
     in_spec = {m.name for m in group.spec.members}
     extra = sorted(m for m in observed_sts if m not in in_spec)
     previous = obj.get("status") or {}
-    members_plan = _membership_plan(obj, group, pki_secrets, observed_sts, wanted.member_set)
+    members_plan = _membership_plan(
+        obj, group, pki_secrets, observed_sts, wanted.member_set, wanted.hashes, logger
+    )
     holds: dict[str, Any] = {
         "hold_updates": members_plan.hold_updates,
         "not_yet": members_plan.not_yet,
@@ -574,7 +611,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
     if members_plan.request is not None and not wanted.problems:
         _send(obj, group, pki_secrets, members_plan.request, logger)
     if not wanted.problems:
-        _follow_backfills(obj, group, members_plan, secrets, logger)
+        _follow_backfills(group, members_plan, secrets, wanted.hashes, logger)
     observed = {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes}
     after = rollout.plan_rollout(
         wanted.hashes,

@@ -80,6 +80,10 @@ class MembershipPlan:
     leaving_data_member: str | None = None  # ask its source backlog next round
     backfill: str | None = None  # the member whose backfill SparkApplication must exist
     backfilling: bool = False  # that backfill runs (the Backfilling condition)
+    # Members whose backfill SparkApplication may go: voters that run, or members neither
+    # the spec nor the group names (decided only from a leader's configuration).
+    drop_backfills: frozenset[str] = frozenset()
+    join_index: int | None = None  # the configuration index a learner's backfill is for
 
     @property
     def changing(self) -> bool:
@@ -129,22 +133,28 @@ def plan_membership(
     config = observation.statuses[leader].get("configuration") if leader else None
     before = progress or {}
     if not isinstance(config, Mapping):
-        known = {
-            m for c in reported_configurations(observation.statuses.values()) for m in _members(c)
-        }
+        reported = reported_configurations(observation.statuses.values())
         gone = [m for m in existing if m not in spec]
         new = [m for m in spec if m not in existing]
         return MembershipPlan(
             hold_updates=True,
-            # A data member the group may not count yet must not start on its own list.
-            not_yet=frozenset(m for m in new if not spec[m] and m not in known),
+            # A data member without a StatefulSet starts only when every member that
+            # answered counts it as a voter (a group being created): a learner or a new
+            # member must not start before its backfill.
+            not_yet=frozenset(
+                m
+                for m in new
+                if not spec[m]
+                and not (reported and all(m in c.get("voters", []) for c in reported))
+            ),
             keep=frozenset(gone),
             joining=before.get("joining") or (new[0] if new else None),
             leaving=before.get("leaving") or (gone[0] if gone else None),
             reason="NoLeader" if observation.statuses else "GroupUnreachable",
             message="no member reports that it leads ("
             + (_silent(observation) or "every member answered")
-            + "): members keep their config and no change is asked until one does",
+            + "): members keep their config and no change is asked until one does (a "
+            "majority of the voters must run and reach each other; see each sidecar's log)",
         )
     assert leader is not None  # a configuration came from the leader's status
     members = _members(config)
@@ -153,14 +163,21 @@ def plan_membership(
     leaving = [m for m in members if m not in spec]
     joining = [m for m in spec if m not in in_group]
     keep = frozenset(leaving)
+    voters = set(config.get("voters", []))
+    # Data members of the spec the group does not count as voters and that do not run:
+    # new, or learners; each starts only once its backfill COMPLETED (``_seed``).
     data_members_new = frozenset(
-        m for m, witness in spec.items() if not witness and m not in existing and m not in in_group
+        m for m, witness in spec.items() if not witness and m not in existing and m not in voters
+    )
+    drop = frozenset(
+        m
+        for m in observation.backfills
+        if (m in voters and m in existing) or (m not in spec and m not in in_group)
     )
     if not config.get("committed"):
         return MembershipPlan(
             hold_updates=True,
-            not_yet=data_members_new
-            | frozenset(m for m in config.get("learners", []) if m not in existing),
+            not_yet=data_members_new,
             keep=keep,
             reason="Committing",
             message=f"a membership change is being committed: {described}",
@@ -169,17 +186,23 @@ def plan_membership(
         )
     if leaving:
         member = leaving[0]
-        return _leave(
+        plan = _leave(
             member, config, observation, leader, keep, data_members_new, member in skip_drain
         )
-    if joining:
-        return _join(joining[0], spec[joining[0]], config, observation, leader, peer_address, keep)
-    learners = [m for m in config.get("learners", []) if m in spec]
-    if learners:
-        return _seed(learners[0], existing, observation, keep, data_members_new)
-    return MembershipPlan(
-        not_yet=data_members_new, message=f"the group's members are the spec's: {described}"
-    )
+    elif joining:
+        member = joining[0]
+        plan = _join(
+            member, spec[member], config, observation, leader, peer_address, keep, existing
+        )
+        plan = _with(plan, not_yet=plan.not_yet | data_members_new)
+    elif learners := [m for m in config.get("learners", []) if m in spec]:
+        plan = _seed(learners[0], existing, observation, keep, data_members_new)
+        plan = _with(plan, join_index=int(config.get("index", 0)))
+    else:
+        plan = MembershipPlan(
+            not_yet=data_members_new, message=f"the group's members are the spec's: {described}"
+        )
+    return _with(plan, drop_backfills=drop)
 
 
 def _leave(
@@ -229,10 +252,22 @@ def _join(
     leader: str,
     peer_address: Callable[[str], str],
     keep: frozenset[str],
+    existing: Sequence[str],
 ) -> MembershipPlan:
     base = MembershipPlan(hold_updates=True, keep=keep, joining=member)
     if not witness:
         base = _with(base, not_yet=frozenset({member}))
+        if member in existing:
+            # Removed from the group while its StatefulSet still runs (the spec named it
+            # again before the operator deleted it): its logs may be trimmed past what it
+            # holds, so it joins again only afresh, through a backfill.
+            return _with(
+                base,
+                reason="RemovedMemberRunning",
+                message=f"{member} was removed from the group and its StatefulSet still "
+                f"runs: take {member} out of the spec until its StatefulSet is gone, then "
+                "add it again (its cluster is then seeded afresh)",
+            )
     else:
         own = observation.statuses.get(member)
         if own is None:
@@ -246,7 +281,9 @@ def _join(
             return _with(
                 base,
                 reason="WrongRole",
-                message=f"{member}'s sidecar runs as a data member, not a witness",
+                message=f"{member}'s sidecar runs as a data member, not a witness: a data "
+                f"member of that name still runs; take {member} out of the spec until its "
+                "StatefulSet is gone, then add the witness under another name",
             )
     # As `kdsync members add` does: the group counts a witness from the moment it is
     # appended (and keeps its logs for a learner), so every voter must answer, on a
@@ -298,6 +335,15 @@ def _seed(
         )
     state = observation.backfills.get(member, "")
     held = not_yet | {member}
+    if state == DELETING:
+        return _with(
+            base,
+            not_yet=held,
+            reason="Backfilling",
+            backfilling=True,
+            message=f"adding data member {member}: waiting until an earlier backfill of it "
+            "(another join, or a config since changed) is deleted, to run it afresh",
+        )
     if state == "COMPLETED":
         return _with(
             base,
@@ -322,14 +368,23 @@ def _seed(
         backfilling=True,
         reason="Backfilling",
         message=f"adding data member {member}: a SparkApplication copies a peer's T-global "
-        f"into its cluster ({state.lower() or 'created'})",
+        "into its cluster ("
+        + (
+            state.lower()
+            or "created, no state yet: if it stays so, is the spark-operator installed and "
+            "watching this namespace?"
+        )
+        + ")",
     )
 
 
-# The spark-operator's states of an application that will not complete.
+# The KdsyncGroup annotation naming data members to remove without a drain (comma-separated).
 SKIP_DRAIN_ANNOTATION = "kdsync.io/skip-drain"
-
-FAILED_STATES = frozenset({"FAILED", "SUBMISSION_FAILED", "FAILING", "UNKNOWN"})
+# The spark-operator's states of an application that will not complete (with restartPolicy
+# Never; FAILING and UNKNOWN pass).
+FAILED_STATES = frozenset({"FAILED", "SUBMISSION_FAILED"})
+# The state the handler reports for a backfill being deleted (or found stale and deleted).
+DELETING = "DELETING"
 
 
 def _with(plan: MembershipPlan, **changes: Any) -> MembershipPlan:

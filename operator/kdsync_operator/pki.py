@@ -26,6 +26,7 @@ from kdsync_operator.spec import Group
 
 Obj = dict[str, Any]
 RENEW_BEFORE = datetime.timedelta(days=30)
+OPERATOR_CERT_DAYS = 7
 
 
 def _pem(cert: x509.Certificate) -> bytes:
@@ -123,10 +124,11 @@ def operator_credentials(
     """(CA certificate, operator certificate, operator key) as PEM, for the operator's
     connections to the members' admin listeners: a certificate of the group CA naming the
     operator (``kdsync.transport.identity.operator_uri``), which no member holds. Issued
-    afresh when asked; the handler keeps one per CA."""
+    afresh when asked, valid for ``OPERATOR_CERT_DAYS`` (nothing can revoke it, so it is
+    short-lived); the handler keeps one per CA and asks again after a day."""
     data = pki_secrets[children.ca_secret_name(group.name)]["data"]
     ca = _load_ca(group.name, data)
     if ca is None:
         raise ValueError(f"the CA Secret of group {group.name} holds no usable CA")
-    cert, key = ca.issue_operator()
+    cert, key = ca.issue_operator(valid_days=OPERATOR_CERT_DAYS)
     return _pem(ca.cert), _pem(cert), _key_pem(key)

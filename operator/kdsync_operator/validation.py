@@ -101,6 +101,13 @@ def _busy(old_status: Mapping[str, Any] | None, old_generation: int | None) -> s
     return None
 
 
+def _not_ready(old_status: Mapping[str, Any] | None) -> set[str]:
+    members = (old_status or {}).get("members") or []
+    return {
+        str(m.get("name")) for m in members if isinstance(m, Mapping) and m.get("ready") is False
+    }
+
+
 def membership_change_problems(
     old_spec: Mapping[str, Any],
     new_spec: Mapping[str, Any],
@@ -135,10 +142,16 @@ def membership_change_problems(
             )
         )
     progress = _in_progress(old_status)
+    # Backing a change out: the member being added removed again, or the witness being
+    # removed added back (a data member removed joins again only afresh, with a backfill,
+    # once its StatefulSet is gone).
+    leaving = progress.get("leaving")
     backs_out = (removed == [progress.get("joining")] and not added) or (
-        added == [progress.get("leaving")] and not removed
+        added == [leaving] and not removed and bool(new.get(leaving or ""))
     )
     busy = _busy(old_status, old_generation)
+    if busy is not None and removed and not added and set(removed) <= _not_ready(old_status):
+        busy = None  # a member that holds a roll back may go: it is how a roll gets unstuck
     if progress and not backs_out:
         under_way = ", ".join(f"{k} {v}" for k, v in sorted(progress.items()))
         problems.append(

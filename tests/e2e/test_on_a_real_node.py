@@ -469,7 +469,9 @@ def test_editing_members_adds_a_data_member_with_a_spark_backfill_then_removes_i
     """A third region joins by a `members` edit under traffic: the leader adds it as a
     learner, a backfill SparkApplication seeds its cluster with a peer's T-global, only
     then is its sidecar started, and it ends with every event once in the same order as
-    the others. Then it is removed again by an edit (drained first), its backfill gone."""
+    the others. The backfill's driver is killed once it runs: the group says the backfill
+    failed and waits; the SparkApplication deleted, the operator runs it again and it
+    completes. Then the member is removed by an edit (drained first), its backfill gone."""
     bootstrap = _third_kafka_cluster(cluster)
     producers = _produce(cluster, traffic, 3000, rate=50)
     backfilling_seen: list[str] = []
@@ -487,6 +489,28 @@ def test_editing_members_adds_a_data_member_with_a_spark_backfill_then_removes_i
             # Its sidecar must not run while its cluster is being seeded.
             assert "three" not in _sidecar_pods(cluster)
         return _membership_settled(cluster, ("one", "two", "arbiter", "three"))
+
+    app = f"{GROUP}-backfill-three"
+
+    def running_driver() -> str | None:
+        found = cluster.get("sparkapplication", app) or {}
+        pod = ((found.get("status") or {}).get("driverInfo") or {}).get("podName")
+        phase = ((cluster.get("pod", pod) or {}).get("status") or {}).get("phase") if pod else None
+        return str(pod) if phase == "Running" else None
+
+    driver = wait_for("the backfill's driver running", running_driver, timeout=600)
+    cluster.kubectl("delete", "pod", driver, "-n", NAMESPACE, "--grace-period=0", "--force")
+    failed = wait_for(
+        "the Backfilling condition to report the failure",
+        lambda: (
+            (c := cluster.condition("kdg", GROUP, "Backfilling")).get("reason") == "BackfillFailed"
+            and c
+        ),
+        timeout=600,
+    )
+    assert "delete the SparkApplication" in failed["message"], failed
+    assert "three" not in _sidecar_pods(cluster)  # not started on a half-seeded cluster
+    cluster.kubectl("delete", "sparkapplication", app, "-n", NAMESPACE)
 
     wait_for("the new data member in the group", joined, timeout=1500, interval=1.0)
     figures["members edit: data member added (backfill), group Ready"] = round(

@@ -404,11 +404,12 @@ def test_the_backfill_runs_the_new_members_own_config_against_every_other_member
     from kdsync_operator import backfill  # noqa: PLC0415
 
     group = make_group([*MEMBERS, {"name": "three", "kafka": {"bootstrapServers": "k3:9092"}}])
-    objects = backfill.backfill_objects(group, "three", {}, "driver-role")
+    objects = backfill.backfill_objects(group, "three", {}, "driver-role", "6/abc")
     by_kind = {o["kind"]: o for o in objects}
     app = by_kind["SparkApplication"]
     assert app["metadata"]["name"] == "g-backfill-three"
     assert backfill.backfill_member(app) == "three"
+    assert backfill.backfill_stamp(app) == "6/abc" == backfill.join_stamp(6, "abc")
     spec = app["spec"]
     assert spec["mainApplicationFile"] == "local:///opt/kdsync/backfill/spark_main.py"
     urls = [
@@ -428,3 +429,86 @@ def test_the_backfill_runs_the_new_members_own_config_against_every_other_member
     assert config.member == "three" and not config.is_witness
     assert {o["kind"] for o in objects} >= {"ServiceAccount", "RoleBinding"}
     assert spec["driver"]["labels"]["app.kubernetes.io/component"] == "backfill"
+
+
+def learner_group(state: str | None = None) -> GroupObservation:
+    statuses = group_of("one", "two", "witness", index=6)
+    for name in statuses:
+        statuses[name]["configuration"]["learners"] = ["three"]
+    return GroupObservation(statuses, backfills={"three": state} if state is not None else {})
+
+
+def test_a_learner_never_starts_before_its_backfill_whatever_else_happens() -> None:
+    spec = [*SPEC, ("three", False)]
+    existing = ["one", "two", "witness"]
+    # The leader does not answer this round (an election, a timeout): the followers count
+    # three as a learner; it must not start, and its running backfill must not go.
+    seen = learner_group("RUNNING")
+    followers = {m: d for m, d in seen.statuses.items() if m != "one"}
+    for answer in followers.values():
+        answer["role"] = "follower"
+    quiet = GroupObservation(followers, {"one": "timed out"}, backfills={"three": "RUNNING"})
+    plan = plan_membership(spec, existing, quiet, peer, {"joining": "three"})
+    assert "three" in plan.not_yet and plan.drop_backfills == frozenset()
+    # Another change in the same spec (the webhook off): still held.
+    more = [*spec, ("w2", True)]
+    plan = plan_membership(more, existing, learner_group("RUNNING"), peer)
+    assert "three" in plan.not_yet
+    plan = plan_membership(spec[1:], existing, learner_group("RUNNING"), peer)
+    assert "three" in plan.not_yet and plan.leaving == "one"
+    # Its backfill is kept while it joins, and the plan names the join it is for.
+    plan = plan_membership(spec, existing, learner_group("RUNNING"), peer)
+    assert plan.drop_backfills == frozenset() and plan.join_index == 6
+    # An earlier backfill still being deleted: wait, create nothing.
+    plan = plan_membership(spec, existing, learner_group(membership.DELETING), peer)
+    assert plan.backfill is None and "three" in plan.not_yet
+
+
+def test_a_finished_backfill_goes_once_its_member_votes_or_is_gone() -> None:
+    spec = [*SPEC, ("three", False)]
+    voting = group_of("one", "two", "witness", "three", index=7)
+    observed = GroupObservation(voting, backfills={"three": "COMPLETED"})
+    plan = plan_membership(spec, [*dict(spec)], observed, peer)
+    assert plan.drop_backfills == {"three"}
+    gone = GroupObservation(group_of("one", "two", "witness", index=8), backfills={"three": ""})
+    assert plan_membership(SPEC, ["one", "two", "witness"], gone, peer).drop_backfills == {"three"}
+
+
+def test_a_data_member_added_back_while_its_statefulset_runs_waits_for_it_to_go() -> None:
+    spec = [*SPEC, ("three", False)]
+    removed = group_of("one", "two", "witness", index=9)
+    plan = plan_membership(
+        spec, ["one", "two", "witness", "three"], GroupObservation(removed), peer
+    )
+    assert plan.request is None and plan.reason == "RemovedMemberRunning"
+    assert "take three out of the spec" in plan.message
+
+
+def test_the_webhook_backs_out_a_witness_removal_but_not_a_data_members() -> None:
+    leaving = {"membership": {"joining": None, "leaving": "two"}}
+    refused = validation.membership_change_problems(
+        roles(("one", False), ("witness", True)), OLD, leaving
+    )
+    assert len(refused) == 1 and "under way (leaving two)" in str(refused[0])
+
+
+def test_the_webhook_lets_a_member_that_holds_a_roll_back_be_removed() -> None:
+    rolling = {
+        "observedGeneration": 3,
+        "rollout": {"outdated": ["one", "two"]},
+        "members": [
+            {"name": "one", "ready": True},
+            {"name": "two", "ready": False},
+            {"name": "witness", "ready": True},
+        ],
+    }
+    assert (
+        validation.membership_change_problems(
+            OLD, roles(("one", False), ("witness", True)), rolling, 3
+        )
+        == []
+    )
+    (problem,) = validation.membership_change_problems(
+        OLD, roles(("two", False), ("witness", True)), rolling, 3
+    )
+    assert "rolling onto a new config" in str(problem)
