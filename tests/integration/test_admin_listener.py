@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import http.client
 import json
 import socket
 import ssl
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -29,14 +27,15 @@ from cryptography.hazmat.primitives import serialization
 
 from kdsync.admin_client import AdminClient, AdminIdentityMismatch, AdminUnreachable
 from kdsync.config import SidecarConfig, parse_config
-from kdsync.driver import DriverState, MemberDriver
-from kdsync.ordering import Configuration, OrderingNode
+from kdsync.driver import MemberDriver
 from kdsync.pki import GroupCa, make_group_pki
 from kdsync.runtime.admin_api import start_admin
 from kdsync.runtime.http_api import build_app
 from kdsync.runtime.process import ListenerError, start_listeners
 from kdsync.runtime.sidecar import Sidecar
 from kdsync.transport.identity import MemberTlsFiles, operator_uri
+from tests.support.leak_checks import no_resource_warnings
+from tests.support.node_driver import NodeDriver
 from tests.unit.ordering_pump import ELECTION_DEADLINE, THREE, Pump
 
 GROUP = "orders"
@@ -89,25 +88,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(autouse=True)
 def no_leaked_sockets() -> Iterator[None]:
-    """No test may leave a socket or transport open (a refused handshake included): one
-    collected later would fail another module's leak check."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ResourceWarning)
+    """No test may leave a socket or transport open (a refused handshake included)."""
+    with no_resource_warnings():
         yield
-        gc.collect()
-    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
-    assert not leaks, leaks
-
-
-@dataclass
-class NodeDriver:
-    """What the membership requests use of a MemberDriver: the node, its state."""
-
-    node: OrderingNode
-    state: DriverState = field(default_factory=DriverState)
-
-    def propose_configuration(self, proposed: Configuration) -> str | None:
-        return self.node.propose_configuration(proposed)
 
 
 @dataclass

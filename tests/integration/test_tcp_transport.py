@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import socket
 import ssl
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +31,7 @@ from kdsync.transport import (
 from kdsync.transport.framing import LENGTH_PREFIX, encode_frame
 from kdsync.transport.tcp import TcpTransport
 from kdsync.transport.tls import client_context
+from tests.support.leak_checks import no_resource_warnings
 
 GROUP = "orders"
 MEMBERS = ["a", "b", "c"]
@@ -187,12 +186,8 @@ def no_leaked_tasks_or_transports(caplog: pytest.LogCaptureFixture) -> Iterator[
     pending tasks and unretrieved task exceptions as errors; the transport logs its
     own unexpected failures as errors)."""
     caplog.set_level(logging.INFO)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ResourceWarning)
+    with no_resource_warnings():
         yield
-        gc.collect()
-    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
-    assert not leaks, leaks
     errors = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, errors
 

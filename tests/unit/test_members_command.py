@@ -15,25 +15,15 @@ from typing import Any, cast
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from kdsync.driver import DriverState, MemberDriver
+from kdsync.driver import MemberDriver
 from kdsync.driver.membership_request import Outcome, add_member, remove_member
-from kdsync.ordering import Configuration, GroupSpec, OrderingNode
+from kdsync.ordering import GroupSpec
 from kdsync.runtime import members_command
 from kdsync.runtime.http_api import _from_this_host, build_app
 from kdsync.runtime.members_command import MembersCommandError
 from kdsync.runtime.sidecar import Sidecar
+from tests.support.node_driver import NodeDriver
 from tests.unit.ordering_pump import ELECTION_DEADLINE, THREE, Pump
-
-
-@dataclass
-class NodeDriver:
-    """What remove_member and readiness use of a MemberDriver: the node, its state."""
-
-    node: OrderingNode
-    state: DriverState = field(default_factory=DriverState)
-
-    def propose_configuration(self, proposed: Configuration) -> str | None:
-        return self.node.propose_configuration(proposed)
 
 
 def _driver(pump: Pump, member: str) -> MemberDriver:
