@@ -56,7 +56,6 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from kdsync.admin_client import AdminClient, AdminIdentityMismatch, AdminUnreachable
-from kdsync.group_configuration import leader_of
 from kdsync_operator import (
     audit,
     backfill,
@@ -474,16 +473,15 @@ def _backfill_states(
 ) -> dict[str, str]:
     """Each backfill's state; DELETING for one being deleted, or made for another join of
     its member (a learner now: deleted here, so that it runs afresh)."""
-    leader = leader_of(statuses)
-    config = (statuses.get(leader) or {}).get("configuration") if leader else None
-    learners = (config or {}).get("learners", []) if isinstance(config, Mapping) else []
+    _, config = membership.leader_configuration(statuses)
+    learners = config.get("learners", []) if config is not None else []
     states: dict[str, str] = {}
     for member, app in _backfill_applications(group).items():
         if (app.get("metadata") or {}).get("deletionTimestamp"):
             states[member] = membership.DELETING
             continue
         if member in learners and member in hashes:
-            assert isinstance(config, Mapping)
+            assert config is not None
             expected = backfill.join_stamp(int(config.get("index", 0)), hashes[member])
             if backfill.backfill_stamp(app) != expected:
                 _delete_backfill(group, member)

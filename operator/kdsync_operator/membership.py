@@ -99,6 +99,16 @@ def _members(config: Mapping[str, Any]) -> list[str]:
     return [*config.get("voters", []), *config.get("learners", [])]
 
 
+def leader_configuration(
+    statuses: Mapping[str, Mapping[str, Any]],
+) -> tuple[str | None, Mapping[str, Any] | None]:
+    """The leader among ``statuses`` and the configuration it reports (the one that
+    decides; None without a leader or a configuration)."""
+    leader = leader_of(statuses)
+    config = statuses[leader].get("configuration") if leader else None
+    return leader, config if isinstance(config, Mapping) else None
+
+
 def _silent(observation: GroupObservation) -> str:
     return "; ".join(f"{m}: {why}" for m, why in sorted(observation.unreachable.items()))
 
@@ -129,10 +139,9 @@ def plan_membership(
     spec = dict(spec_members)
     if not existing:
         return MembershipPlan()  # a new group: every member starts from the spec's list
-    leader = leader_of(observation.statuses)
-    config = observation.statuses[leader].get("configuration") if leader else None
+    leader, config = leader_configuration(observation.statuses)
     before = progress or {}
-    if not isinstance(config, Mapping):
+    if config is None:
         reported = reported_configurations(observation.statuses.values())
         gone = [m for m in existing if m not in spec]
         new = [m for m in spec if m not in existing]
@@ -156,7 +165,7 @@ def plan_membership(
             + "): members keep their config and no change is asked until one does (a "
             "majority of the voters must run and reach each other; see each sidecar's log)",
         )
-    assert leader is not None  # a configuration came from the leader's status
+    assert leader is not None  # a configuration comes from the leader's status
     members = _members(config)
     in_group = set(members)
     described = describe_configuration(config)
