@@ -107,16 +107,20 @@ def _members_add(urls: Sequence[str], new: LocalMember) -> subprocess.Popen[str]
 
 
 class _Lines:
-    """The command's output, read as it comes (a thread), to act on a line."""
+    """The command's output, read as it comes (a thread), to act on a line; each line
+    with the seconds since the command started, so that a slow phase shows which."""
 
     def __init__(self, process: subprocess.Popen[str]) -> None:
         self.lines: list[str] = []
+        self.stamped: list[str] = []
+        self._start = time.monotonic()
         self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
         self._thread.start()
 
     def _read(self, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
         for line in process.stdout:
+            self.stamped.append(f"[{time.monotonic() - self._start:6.1f}s] {line.rstrip()}")
             self.lines.append(line.rstrip())
 
     def has(self, text: str) -> bool:
@@ -124,9 +128,22 @@ class _Lines:
 
     @property
     def text(self) -> str:
-        return "\n".join(self.lines[-60:])
+        return "\n".join(self.stamped[-60:])
 
 
+def _catching_up(group: LocalSidecarGroup, lines: _Lines) -> str:
+    """Why m4 may not vote yet: how far it applied against the others, and its log's end."""
+    applied = {
+        m: {k: (group.status(m) or {}).get(k) for k in ("role", "appliedIndex", "commitIndex")}
+        for m in group.members
+    }
+    log = group.members["m4"].log_path.read_text().splitlines()[-15:]
+    return f"{json.dumps(applied)}\n{lines.text}\n--- m4's log:\n" + "\n".join(log)
+
+
+# Alone it takes about 5 minutes; CI runs three lanes on two cores, where Spark's starts
+# and the copies take three times as long. Its own waits end first, with their reasons.
+@pytest.mark.timeout(1800)
 def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
     sidecar_group: Callable[..., LocalSidecarGroup],
     bootstrap: dict[str, str],
@@ -135,6 +152,12 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
     kafka_run_root: Path,
     tmp_path: Path,
 ) -> None:
+    began = time.monotonic()
+    phases: dict[str, float] = {}
+
+    def phase(name: str) -> None:
+        phases[name] = round(time.monotonic() - began, 1)
+
     with LocalKafkaFleet(
         ["kafka-4"], run_root=kafka_run_root, distribution=kafka_distribution
     ) as fleet:
@@ -163,6 +186,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
             90,
             lambda: brief_status(group),
         )
+        phase("history ordered and logs trimmed")
         traffic = Traffic(bootstrap, source_topic, RATE).start()
         everyone = {**bootstrap, "m4": m4_servers}
         late: Traffic | None = None
@@ -182,9 +206,13 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
                     lambda: first_lines.text,
                     interval=0.02,
                 )
+                assert first.poll() is None, (
+                    f"the backfill ended before it was cut:\n{first_lines.text}"
+                )
                 os.killpg(first.pid, signal.SIGKILL)
                 first.wait(30)
                 committed_at_kill = committed.now()
+            phase("first backfill killed")
             assert first.returncode == -signal.SIGKILL, first_lines.text
             assert 0 < committed_at_kill < len(bootstrap) * HISTORY, "the copy was not cut"
             assert group.status("m4") is None, "m4's sidecar must not run before its backfill"
@@ -206,12 +234,19 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
                 lambda: lines.text,
             )
             assert lines.has("Start m4's sidecar now"), lines.text
+            phase("second backfill done")
             # It went on after what the killed run had committed (records, not offsets).
             found = [re.search(r"\((\d+) were there\)", line) for line in lines.lines]
             there = [int(m.group(1)) for m in found if m is not None]
             assert there and there[0] > 0, lines.text
             group.start_member("m4")
-            wait_for("m4 to vote", lambda: second.poll() is not None, 900, lambda: lines.text)
+            wait_for(
+                "m4 to vote",
+                lambda: second.poll() is not None,
+                600,
+                lambda: _catching_up(group, lines),
+            )
+            phase("m4 votes")
             pauses["m4 joins (learner, backfill killed and resumed, voter)"] = pause_watch.stop()
             assert second.returncode == 0, lines.text
             assert lines.has("m4 votes now"), lines.text
@@ -247,6 +282,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
         assert sorted(report["membership"]["checked"]) == sorted(everyone), report["membership"]
         assert report["checked"]["events"] >= sum(totals.values()), report["checked"]
         print("\n--- killed run:\n" + first_lines.text + "\n--- second run:\n" + lines.text)
+        print(f"test phases (s since the test began): {json.dumps(phases)}")
         (tmp_path / "join-pauses.json").write_text(json.dumps(pauses))
         print(f"longest gap in delivery at the first three members: {json.dumps(pauses)}")
 
