@@ -1,4 +1,5 @@
-"""kopf handlers: fetch, call the pure functions, apply. The only module importing kopf.
+"""kopf handlers: fetch, call the pure functions, apply (API calls in ``kube_api``). The
+only module importing kopf.
 
 Run with ``kopf run --standalone --all-namespaces -m kdsync_operator.handlers``.
 
@@ -9,10 +10,10 @@ changed, a periodic resync) runs the same idempotent ``reconcile``:
 2. ``desired.build_children`` -> every desired object;
 3. server-side apply the shared objects; ``rollout.plan_rollout`` decides which members'
    config Secret + StatefulSet may be applied now (one existing member at a time);
-4. while the spec's members differ from the group's (or a change is under way), read
-   every member's ``/status`` over its admin listener (mutual TLS, the operator's
-   certificate from the group CA), and send the one request ``membership.plan_membership``
-   names to the leader; the rollout leaves alone what that plan holds;
+4. while the spec's members differ from the group's (or a change is under way),
+   ``membership_io`` reads every member's ``/status`` over its admin listener and sends
+   the one request ``membership.plan_membership`` names to the leader; the rollout leaves
+   alone what that plan holds;
 5. follow the audit (``audit.audit_outcome``), build the status (``status.build_status``),
    patch ``/status`` and post an Event for every condition transition. While members
    change, the reconcile runs again every ``KDSYNC_MEMBERSHIP_POLL_SECONDS`` (default 3).
@@ -38,7 +39,6 @@ Environment:
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import logging
 import os
@@ -50,18 +50,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import kopf
-import kubernetes
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from kdsync.admin_client import AdminClient, AdminIdentityMismatch, AdminUnreachable
 from kdsync_operator import (
     audit,
-    backfill,
     children,
     desired,
-    membership,
+    kube_api,
+    membership_io,
     pki,
     rollout,
     status,
@@ -71,16 +67,13 @@ from kdsync_operator.spec import API_GROUP, API_VERSION, HTTP_PORT, PLURAL, Grou
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
-FIELD_MANAGER = "kdsync-operator"
 RESYNC_SECONDS = float(os.environ.get("KDSYNC_RESYNC_SECONDS", "30"))
 AUDIT_DRIVER_ROLE = os.environ.get(
     "KDSYNC_AUDIT_DRIVER_CLUSTERROLE", audit.DEFAULT_DRIVER_CLUSTER_ROLE
 )
 MANAGED_SELECTOR = {"app.kubernetes.io/managed-by": children.MANAGED_BY}
 MEMBERSHIP_POLL_SECONDS = float(os.environ.get("KDSYNC_MEMBERSHIP_POLL_SECONDS", "3"))
-ADMIN_TIMEOUT_SECONDS = 5.0
 
-_clients: dict[str, Any] = {}
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -88,27 +81,6 @@ _locks_guard = threading.Lock()
 def _lock(namespace: str, name: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault((namespace, name), threading.Lock())
-
-
-def _api() -> kubernetes.client.ApiClient:
-    if "api" not in _clients:
-        try:
-            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
-        _clients["api"] = kubernetes.client.ApiClient()
-    return cast(kubernetes.client.ApiClient, _clients["api"])
-
-
-def _dynamic() -> DynamicClient:
-    if "dynamic" not in _clients:
-        _clients["dynamic"] = DynamicClient(_api())  # type: ignore[no-untyped-call]
-    client: DynamicClient = _clients["dynamic"]
-    return client
-
-
-def _resource(api_version: str, kind: str) -> Any:
-    return _dynamic().resources.get(api_version=api_version, kind=kind)
 
 
 # --- startup: storage names under kdsync.io, the webhook server ------------------------
@@ -128,7 +100,7 @@ def configure(settings: kopf.OperatorSettings, logger: Logger, **_: Any) -> None
         managed = os.environ.get("KDSYNC_WEBHOOK_MANAGED")
         if managed:
             settings.admission.managed = managed
-    _api()
+    kube_api.api_client()
     logger.info("kdsync operator configured (resync every %ss)", RESYNC_SECONDS)
 
 
@@ -241,29 +213,6 @@ def _reconcile_or_retry(
 # --- reconcile -----------------------------------------------------------------------
 
 
-def _get(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        obj = _resource(api_version, kind).get(name=name, namespace=namespace)
-    except (NotFoundError, ResourceNotFoundError):
-        return None
-    result: dict[str, Any] = obj.to_dict()
-    return result
-
-
-def _apply(obj: Mapping[str, Any]) -> dict[str, Any]:
-    resource = _resource(obj["apiVersion"], obj["kind"])
-    applied = _dynamic().server_side_apply(  # type: ignore[no-untyped-call]
-        resource, body=dict(obj), field_manager=FIELD_MANAGER, force_conflicts=True
-    )
-    result: dict[str, Any] = applied.to_dict()
-    return result
-
-
-def _delete(api_version: str, kind: str, namespace: str, name: str) -> None:
-    with contextlib.suppress(NotFoundError):
-        _resource(api_version, kind).delete(name=name, namespace=namespace)
-
-
 def _decoded(secret: Mapping[str, Any] | None) -> dict[str, str]:
     data = (secret or {}).get("data") or {}
     return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
@@ -274,7 +223,7 @@ def _referenced_secrets(group: Group) -> dict[str, dict[str, str]]:
     for member in group.spec.members:
         ref = member.kafka.properties_secret_ref if member.kafka else None
         if ref is not None and ref.name not in found:
-            secret = _get("v1", "Secret", group.namespace, ref.name)
+            secret = kube_api.get("v1", "Secret", group.namespace, ref.name)
             if secret is not None:
                 found[ref.name] = _decoded(secret)
     return found
@@ -286,7 +235,7 @@ def _existing_pki(group: Group) -> dict[str, dict[str, str]]:
     ]
     result: dict[str, dict[str, str]] = {}
     for name in names:
-        secret = _get("v1", "Secret", group.namespace, name)
+        secret = kube_api.get("v1", "Secret", group.namespace, name)
         if secret is not None:
             result[name] = dict(secret.get("data") or {})
     return result
@@ -296,11 +245,8 @@ def _statefulsets(group: Group) -> dict[str, dict[str, Any]]:
     selector = (
         f"{children.GROUP_LABEL}={group.name},app.kubernetes.io/managed-by={children.MANAGED_BY}"
     )
-    items = _resource("apps/v1", "StatefulSet").get(
-        namespace=group.namespace, label_selector=selector
-    )
     found: dict[str, dict[str, Any]] = {}
-    for item in items.to_dict().get("items", []):
+    for item in kube_api.list_labelled("apps/v1", "StatefulSet", group.namespace, selector):
         member = (item["metadata"].get("labels") or {}).get(children.MEMBER_LABEL)
         if member:
             found[member] = item
@@ -311,16 +257,14 @@ def _audit_state(group: Group) -> audit.AuditOutcome:
     if not group.spec.checks.enabled:
         return audit.audit_outcome(group, None, None)
     name = children.audit_name(group.name)
-    try:
-        if group.spec.checks.schedule:
-            scheduled = _get(audit.SPARK_API, "ScheduledSparkApplication", group.namespace, name)
-            run = audit.last_run_name(scheduled)
-            app = _get(audit.SPARK_API, "SparkApplication", group.namespace, run) if run else None
-        else:
-            app = _get(audit.SPARK_API, "SparkApplication", group.namespace, name)
-    except ResourceNotFoundError:
-        app = None
-    report = _get("v1", "ConfigMap", group.namespace, children.audit_report_configmap(group.name))
+    namespace = group.namespace
+    if group.spec.checks.schedule:
+        scheduled = kube_api.get(audit.SPARK_API, "ScheduledSparkApplication", namespace, name)
+        run = audit.last_run_name(scheduled)
+        app = kube_api.get(audit.SPARK_API, "SparkApplication", namespace, run) if run else None
+    else:
+        app = kube_api.get(audit.SPARK_API, "SparkApplication", namespace, name)
+    report = kube_api.get("v1", "ConfigMap", namespace, children.audit_report_configmap(group.name))
     return audit.audit_outcome(group, app, report)
 
 
@@ -330,7 +274,7 @@ def _member_metrics(group: Group) -> dict[str, status.MemberMetrics]:
         return {}
     found: dict[str, status.MemberMetrics] = {}
     for member in group.spec.members:
-        pod = _get(
+        pod = kube_api.get(
             "v1", "Pod", group.namespace, f"{children.statefulset_name(group.name, member.name)}-0"
         )
         ip = ((pod or {}).get("status") or {}).get("podIP")
@@ -346,207 +290,10 @@ def _member_metrics(group: Group) -> dict[str, status.MemberMetrics]:
     return found
 
 
-def _admin_client(group: Group, pki_secrets: Mapping[str, Any]) -> AdminClient:
-    """One client per group, CA and day: the operator's short-lived certificate is issued
-    for it (pki.operator_credentials)."""
-    ca_data = pki_secrets[children.ca_secret_name(group.name)]["data"]
-    day = datetime.datetime.now(datetime.UTC).date().isoformat()
-    key = f"admin/{group.namespace}/{group.name}/{children.digest(ca_data)}/{day}"
-    if key not in _clients:
-        for old in [k for k in _clients if k.startswith(f"admin/{group.namespace}/{group.name}/")]:
-            _clients.pop(old).close()
-        _clients[key] = AdminClient(*pki.operator_credentials(group, pki_secrets), group.name)
-    return cast(AdminClient, _clients[key])
-
-
-def _ask(
-    client: AdminClient, group: Group, member: str, path: str, body: Mapping[str, Any] | None
-) -> tuple[int, dict[str, Any]] | str:
-    """(HTTP status, answer) from ``member``'s admin listener, or why it did not answer."""
-    address = children.admin_address(group, member)
-    try:
-        if body is None:
-            return client.get_json(address, path, member, ADMIN_TIMEOUT_SECONDS)
-        return client.post_json(address, path, member, dict(body), ADMIN_TIMEOUT_SECONDS)
-    except (AdminUnreachable, AdminIdentityMismatch) as exc:
-        return str(exc)
-
-
-def _membership_plan(
-    obj: Mapping[str, Any],
-    group: Group,
-    pki_secrets: Mapping[str, Any],
-    observed_sts: Mapping[str, Any],
-    member_set: str,
-    hashes: Mapping[str, str],
-    logger: Logger,
-) -> membership.MembershipPlan:
-    """Reads the group's members over their admin listeners unless nothing can be
-    changing: the StatefulSets are the spec's members, each made for the spec's member set,
-    and the last status names no change under way."""
-    spec_members = [(m.name, m.witness) for m in group.spec.members]
-    existing = sorted(observed_sts)
-    progress = (obj.get("status") or {}).get("membership") or {}
-    # A StatefulSet without the annotation was made by an operator before runtime
-    # membership changes, whose webhook refused them: it runs the spec's member list.
-    settled = {name for name, _ in spec_members} == set(existing) and all(
-        children.members_hash(sts) in (member_set, None) for sts in observed_sts.values()
-    )
-    if not existing or (settled and not any(progress.values())):
-        return membership.MembershipPlan()
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    skip_drain = {
-        m.strip()
-        for m in str(annotations.get(membership.SKIP_DRAIN_ANNOTATION, "")).split(",")
-        if m.strip()
-    }
-    client = _admin_client(group, pki_secrets)
-    statuses: dict[str, Mapping[str, Any]] = {}
-    unreachable: dict[str, str] = {}
-    for member in existing:
-        answer = _ask(client, group, member, "/status", None)
-        if isinstance(answer, str):
-            unreachable[member] = answer
-        elif answer[0] == 200 and answer[1].get("member") == member:
-            statuses[member] = answer[1]
-        else:
-            unreachable[member] = f"/status answered {answer[0]}"
-    states = _backfill_states(group, statuses, hashes, logger)
-    observation = membership.GroupObservation(statuses, unreachable, backfills=states)
-
-    def plan_for(seen: membership.GroupObservation) -> membership.MembershipPlan:
-        return membership.plan_membership(
-            spec_members,
-            existing,
-            seen,
-            lambda m: children.peer_address(group, m),
-            progress,
-            skip_drain,
-        )
-
-    plan = plan_for(observation)
-    leaving = plan.leaving_data_member
-    if leaving is not None and leaving in statuses:
-        answer = _ask(client, group, leaving, "/source-backlog", None)
-        backlog = None
-        if isinstance(answer, str):
-            unreachable[leaving] = answer
-        elif answer[0] == 200:
-            backlog = int(sum((answer[1].get("backlog") or {}).values()))
-        else:
-            unreachable[leaving] = f"/source-backlog answered {answer[0]}: {answer[1]}"
-        seen = membership.GroupObservation(statuses, unreachable, {leaving: backlog}, states)
-        plan = plan_for(seen)
-    return plan
-
-
-def _backfill_applications(group: Group) -> dict[str, dict[str, Any]]:
-    """The group's backfill SparkApplications by member ({} without the spark-operator)."""
-    selector = (
-        f"{children.GROUP_LABEL}={group.name},{children.COMPONENT_LABEL}={backfill.COMPONENT}"
-    )
-    try:
-        items = _resource(audit.SPARK_API, "SparkApplication").get(
-            namespace=group.namespace, label_selector=selector
-        )
-    except ResourceNotFoundError:
-        return {}
-    found: dict[str, dict[str, Any]] = {}
-    for item in items.to_dict().get("items", []):
-        member = backfill.backfill_member(item)
-        if member:
-            found[member] = item
-    return found
-
-
-def _delete_backfill(group: Group, member: str) -> None:
-    name = backfill.backfill_name(group.name, member)
-    _delete(audit.SPARK_API, "SparkApplication", group.namespace, name)
-    _delete("v1", "Secret", group.namespace, name)
-
-
-def _backfill_states(
-    group: Group,
-    statuses: Mapping[str, Mapping[str, Any]],
-    hashes: Mapping[str, str],
-    logger: Logger,
-) -> dict[str, str]:
-    """Each backfill's state; DELETING for one being deleted, or made for another join of
-    its member (a learner now: deleted here, so that it runs afresh)."""
-    _, config = membership.leader_configuration(statuses)
-    learners = config.get("learners", []) if config is not None else []
-    states: dict[str, str] = {}
-    for member, app in _backfill_applications(group).items():
-        if (app.get("metadata") or {}).get("deletionTimestamp"):
-            states[member] = membership.DELETING
-            continue
-        if member in learners and member in hashes:
-            assert config is not None
-            expected = backfill.join_stamp(int(config.get("index", 0)), hashes[member])
-            if backfill.backfill_stamp(app) != expected:
-                _delete_backfill(group, member)
-                logger.info(
-                    "group %s: deleted a backfill of %s made for another join", group.name, member
-                )
-                states[member] = membership.DELETING
-                continue
-        states[member] = audit.application_state(app)
-    return states
-
-
-def _follow_backfills(
-    group: Group,
-    plan: membership.MembershipPlan,
-    secrets: Mapping[str, Any],
-    hashes: Mapping[str, str],
-    logger: Logger,
-) -> None:
-    """Creates the backfill the plan needs; deletes those the plan says are done with (a
-    failed one of the member joining stays, for its log, until the user deletes it)."""
-    if plan.backfill is not None and plan.join_index is not None:
-        stamp = backfill.join_stamp(plan.join_index, hashes[plan.backfill])
-        try:
-            for child in backfill.backfill_objects(
-                group, plan.backfill, secrets, AUDIT_DRIVER_ROLE, stamp
-            ):
-                _apply(child)
-        except ResourceNotFoundError:
-            logger.warning(
-                "group %s: cannot create the backfill of %s: is the spark-operator installed?",
-                group.name,
-                plan.backfill,
-            )
-    for member in plan.drop_backfills:
-        _delete_backfill(group, member)
-        logger.info("group %s: deleted the finished backfill of %s", group.name, member)
-
-
-def _send(
-    obj: Mapping[str, Any],
-    group: Group,
-    pki_secrets: Mapping[str, Any],
-    request: membership.MembershipRequest,
-    logger: Logger,
-) -> None:
-    answer = _ask(_admin_client(group, pki_secrets), group, request.to, "/membership", request.body)
-    if isinstance(answer, str):
-        logger.warning("group %s: membership request not sent: %s", group.name, answer)
-        return
-    code, body = answer
-    text = f"asked {request.to} {dict(request.body)}: {code} {body.get('outcome')}"
-    if body.get("reason"):
-        text += f" ({body['reason']})"
-    logger.info("group %s: %s", group.name, text)
-    if code == 409:
-        return  # "ask again" (a leader change, a change settling): the next round does
-    post = kopf.info if code == 200 else kopf.warn
-    post(cast(kopf.Body, obj), reason="MembershipChange", message=text[:1000])
-
-
 def reconcile(namespace: str, name: str, logger: Logger) -> bool:
     """One reconcile; True while a membership step that ends soon is under way."""
     with _lock(namespace, name):
-        obj = _get(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup", namespace, name)
+        obj = kube_api.get(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup", namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return False
         return _reconcile(obj, logger)
@@ -561,7 +308,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
     in_spec = {m.name for m in group.spec.members}
     extra = sorted(m for m in observed_sts if m not in in_spec)
     previous = obj.get("status") or {}
-    members_plan = _membership_plan(
+    members_plan = membership_io.membership_plan(
         obj, group, pki_secrets, observed_sts, wanted.member_set, wanted.hashes, logger
     )
     holds: dict[str, Any] = {
@@ -584,10 +331,10 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
         )
     if not wanted.problems:
         for child in wanted.shared:
-            _apply(child)
+            kube_api.apply(child)
         for member in plan.apply:
             for child in wanted.members[member]:
-                applied = _apply(child)
+                applied = kube_api.apply(child)
                 if child["kind"] == "StatefulSet":
                     observed_sts[member] = applied
             logger.info("applied member %s of group %s", member, group.name)
@@ -597,19 +344,24 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
                 ("Secret", children.config_secret_name(group.name, member)),
                 ("Secret", children.tls_secret_name(group.name, member)),
             ):
-                _delete(
+                kube_api.delete(
                     "apps/v1" if kind == "StatefulSet" else "v1", kind, group.namespace, child_name
                 )
             observed_sts.pop(member, None)
         for child in wanted.audit:
             try:
                 _apply_audit_child(child, group, logger)
-            except ResourceNotFoundError:
+            except kube_api.KindNotServed:
                 logger.warning("cannot create %s: is the spark-operator installed?", child["kind"])
     if members_plan.request is not None and not wanted.problems:
-        _send(obj, group, pki_secrets, members_plan.request, logger)
+        outcome = membership_io.send(group, pki_secrets, members_plan.request, logger)
+        if outcome is not None:
+            post = kopf.info if outcome.taken else kopf.warn
+            post(cast(kopf.Body, obj), reason="MembershipChange", message=outcome.message)
     if not wanted.problems:
-        _follow_backfills(group, members_plan, secrets, wanted.hashes, logger)
+        membership_io.follow_backfills(
+            group, members_plan, secrets, wanted.hashes, AUDIT_DRIVER_ROLE, logger
+        )
     observed = {m: rollout.observe(m, observed_sts.get(m)) for m in wanted.hashes}
     after = rollout.plan_rollout(
         wanted.hashes,
@@ -634,11 +386,8 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
         membership=members_plan,
     )
     if _differs(previous, new_status):
-        _resource(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup").status.patch(
-            name=group.name,
-            namespace=group.namespace,
-            body={"status": new_status},
-            content_type="application/merge-patch+json",
+        kube_api.patch_status(
+            f"{API_GROUP}/{API_VERSION}", "KdsyncGroup", group.namespace, group.name, new_status
         )
     for change in status.transitions(previous, new_status):
         post = kopf.warn if change.warning else kopf.info
@@ -659,16 +408,17 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
 def _apply_audit_child(child: Mapping[str, Any], group: Group, logger: Logger) -> None:
     existing = None
     if child["kind"] == "ScheduledSparkApplication":
-        existing = _get(
+        existing = kube_api.get(
             child["apiVersion"], child["kind"], group.namespace, child["metadata"]["name"]
         )
-    _apply(child)
+    kube_api.apply(child)
     if audit.schedule_changed(existing, child):
-        _resource(child["apiVersion"], child["kind"]).status.patch(
-            name=child["metadata"]["name"],
-            namespace=group.namespace,
-            body={"status": {"nextRun": None}},
-            content_type="application/merge-patch+json",
+        kube_api.patch_status(
+            child["apiVersion"],
+            child["kind"],
+            group.namespace,
+            child["metadata"]["name"],
+            {"nextRun": None},
         )
         logger.info("audit schedule of %s changed: its next run is computed afresh", group.name)
 

@@ -278,6 +278,12 @@ PLANTS = {
         "from kdsync_operator import handlers",
         "kdsync_operator.children -> kdsync_operator.handlers",
     ),
+    "the membership plan reads the members itself": Plant(
+        "operator-thin-handlers",
+        "operator/kdsync_operator/membership.py",
+        "from kdsync_operator import membership_io",
+        "kdsync_operator.membership -> kdsync_operator.membership_io",
+    ),
 }
 
 
