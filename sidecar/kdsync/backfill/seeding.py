@@ -35,7 +35,7 @@ from kdsync.kafka.ledger_reader import (
     read_latest_ledger,
     read_seeding,
 )
-from kdsync.kafka.partition_reader import reading_consumer
+from kdsync.kafka.partition_reader import reading_consumer, wait_until_committed_readable
 from kdsync.kafka.topics import ClusterTopics
 from kdsync.ordering import Configuration, LedgerState
 from kdsync.wire_format.records import encode_ledger_state
@@ -159,7 +159,12 @@ def _write(
         for key, value in records:
             producer.produce(topic, value, key, partition=0)
         producer.commit_transaction(timeout)
-    except KafkaException as error:
+        # Readable before we go on: the next step (or the member's sidecar, started as
+        # soon as we say so) reads these records back, and would miss them meanwhile.
+        wait_until_committed_readable(
+            properties, f"{naming.consumer_group(group)}.backfill-reader", topic, 0, timeout
+        )
+    except (KafkaException, KafkaUnavailable) as error:
         raise SeedingError(
             f"member {target.name}: cannot write to its ledger topic {topic}: {error}; "
             "run the command again (the copy resumes)"

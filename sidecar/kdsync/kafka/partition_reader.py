@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Mapping
 
 from confluent_kafka import (
@@ -68,6 +69,31 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -
     except KafkaException as exc:
         raise KafkaUnavailable(f"cannot read the offsets of {topic}[{partition}]: {exc}") from exc
     return int(low), int(high)
+
+
+def wait_until_committed_readable(
+    properties: Mapping[str, str], group_id: str, topic: str, partition: int, timeout: float
+) -> None:
+    """Return once a ``read_committed`` reader sees every record ``topic[partition]`` holds
+    now. A producer's commit returns once the commit is decided, before the transaction's
+    markers reach the partition: until then the last stable offset stays before its
+    records, and a reader started at once (``read_to_end``) ends before them. Raises
+    KafkaUnavailable after ``timeout``."""
+    everything = reading_consumer(properties, group_id, committed_only=False)
+    committed = reading_consumer(properties, group_id, committed_only=True)
+    try:
+        _, written = watermarks(everything, topic, partition, timeout)
+        deadline = time.monotonic() + timeout
+        while watermarks(committed, topic, partition, timeout)[1] < written:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(
+                    f"{topic}[{partition}]: committed records below offset {written} are not "
+                    f"readable after {timeout:.0f}s (an open transaction holds them back)"
+                )
+            time.sleep(0.05)  # polling interval of a condition with a deadline
+    finally:
+        everything.close()
+        committed.close()
 
 
 def read_to_end(
