@@ -111,8 +111,7 @@ class _Lines:
     with the seconds since the command started, so that a slow phase shows which."""
 
     def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self.stamped: list[str] = []
+        self._read_at: list[tuple[float, str]] = []  # (seconds since the start, line)
         self._start = time.monotonic()
         self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
         self._thread.start()
@@ -120,15 +119,18 @@ class _Lines:
     def _read(self, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
         for line in process.stdout:
-            self.stamped.append(f"[{time.monotonic() - self._start:6.1f}s] {line.rstrip()}")
-            self.lines.append(line.rstrip())
+            self._read_at.append((time.monotonic() - self._start, line.rstrip()))
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for _, line in self._read_at]
 
     def has(self, text: str) -> bool:
         return any(text in line for line in self.lines)
 
     @property
     def text(self) -> str:
-        return "\n".join(self.stamped[-60:])
+        return "\n".join(f"[{at:6.1f}s] {line}" for at, line in self._read_at[-60:])
 
 
 def _catching_up(group: LocalSidecarGroup, lines: _Lines) -> str:
@@ -142,7 +144,7 @@ def _catching_up(group: LocalSidecarGroup, lines: _Lines) -> str:
 
 
 # Alone it takes about 5 minutes; CI runs three lanes on two cores, where Spark's starts
-# and the copies take three times as long. Its own waits end first, with their reasons.
+# and the copies take two to three times as long. Its own waits end first, with their reasons.
 @pytest.mark.timeout(1800)
 def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
     sidecar_group: Callable[..., LocalSidecarGroup],
