@@ -61,14 +61,32 @@ def read_available(consumer: Consumer, wait_seconds: float, max_records: int) ->
     return [first, *consumer.consume(num_messages=max_records - 1, timeout=0)]
 
 
+# A partition whose leader is being elected, as just after its topic was created (seen:
+# a sidecar's first start exited on NOT_LEADER_FOR_PARTITION for its new ledger topic).
+_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
+
 def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
-    try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout, cached=False
-        )
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"cannot read the offsets of {topic}[{partition}]: {exc}") from exc
-    return int(low), int(high)
+    """The partition's low and high watermarks, asked of its leader; asked again while
+    its leader is being elected, until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    pause = 0.05
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(left, 0.1), cached=False
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            moving = isinstance(error, KafkaError) and error.code() in _LEADER_MOVING
+            if not moving or left <= pause:
+                raise KafkaUnavailable(
+                    f"cannot read the offsets of {topic}[{partition}]: {exc}"
+                ) from exc
+        time.sleep(pause)  # a backoff before asking again, not a wait for an event
+        pause = min(pause * 2, 1.0)
 
 
 def wait_until_committed_readable(
