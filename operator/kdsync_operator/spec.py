@@ -84,6 +84,8 @@ class OrderingSpec(_Model):
     resend_ticks: int | None = None
     max_batch_events: int | None = None
     max_batch_bytes: int | None = None
+    source_linger_ms: int | None = None
+    transaction_interval_ms: int | None = None
     max_uncommitted_bytes: int | None = None
     max_apply_bytes: int | None = None
     max_log_bytes: int | None = None

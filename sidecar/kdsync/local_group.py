@@ -27,6 +27,9 @@ from kdsync.localkafka.process import spawn_tied_to_parent
 from kdsync.pki import make_group_pki
 from kdsync.transport.identity import MemberTlsFiles
 
+# A shorter tick than a sidecar's default (50 ms): local groups serve tests and benchmarks.
+DEFAULT_ORDERING: Mapping[str, Any] = {"tickMs": 20}
+
 
 @dataclass
 class LocalMember:
@@ -96,7 +99,7 @@ class LocalSidecarGroup:
         self._settings: dict[str, Any] = {
             "topics": dict(topics or {"names": ["orders"]}),
             "allowMembershipChanges": True,  # kdsync members, from this host only
-            "ordering": dict(ordering or {"tickMs": 20}),
+            "ordering": dict(ordering or DEFAULT_ORDERING),
         }
         if group_offset_sync:
             self._settings["groupOffsetSync"] = dict(group_offset_sync)

@@ -617,3 +617,60 @@ def test_a_failure_in_a_late_round_keeps_the_rounds_saved_before_it(
     assert len(saved) == 1  # round 1 was saved before round 2 started
     assert [(s["members"], s["round"]) for s in saved[0]["systems"]] == [(2, 1), (3, 1)]
     assert result_from_json(saved[0]).rounds_of(KDSYNC, 3)[0].round == 1
+
+
+def test_kdsync_variants_run_beside_kdsync_in_each_round_with_their_own_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--systems", "kdsync", "--members", "3", "--repeat", "2"]
+    args += [
+        "--kdsync-variant",
+        "sourceLingerMs=20",
+        "--kdsync-variant",
+        "sourceLingerMs=5,tickMs=10",
+    ]
+    settings = settings_from(parse_args(args))
+    assert settings.kdsync_variants == (
+        (("sourceLingerMs", 20),),
+        (("sourceLingerMs", 5), ("tickMs", 10)),
+    )
+    # Checked as the sidecar checks its config, naming the key and the docs.
+    for wrong, says in (
+        ("linger=20", "linger"),
+        ("sourceLingerMs=2000", "1000"),
+        ("x", "KEY=NUMBER"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(["--kdsync-variant", wrong])
+        assert says in capsys.readouterr().err
+
+    built: list[tuple[str, Any]] = []
+    folders: list[str] = []
+
+    def measure(system: Any, *_: object) -> SystemRun:
+        built.append((system.label, system.ordering))
+        folders.append(system.run_dir.name)
+        return SystemRun(system.label, system.members)
+
+    monkeypatch.setattr(runner, "measure_system", measure)
+    monkeypatch.setattr(runner, "list_topics", lambda bootstrap: set())
+    monkeypatch.setattr(runner, "_cleanup_topics", lambda clusters, before: None)
+    clusters = {f"c{i}": f"127.0.0.1:{i}" for i in range(1, 4)}
+    result = runner.run_benchmark(settings, clusters, {}, None, tmp_path, lambda _: None)  # type: ignore[arg-type]
+
+    assert (
+        built
+        == [
+            (KDSYNC, None),  # the local group's defaults
+            ("kdsync sourceLingerMs=20", {"tickMs": 20, "sourceLingerMs": 20}),
+            ("kdsync sourceLingerMs=5,tickMs=10", {"tickMs": 10, "sourceLingerMs": 5}),
+        ]
+        * 2
+    )
+    assert folders[:3] == [
+        "kdsync-3-round1",
+        "kdsync-sourcelingerms20-3-round1",
+        "kdsync-sourcelingerms5-tickms10-3-round1",
+    ]
+    again = result_from_json(json.loads(json.dumps(result_document(result))))
+    assert again.settings.kdsync_variants == settings.kdsync_variants

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kdsync.benchmark.machine import describe_machine, load_average
 from kdsync.benchmark.medians import result_document
 from kdsync.benchmark.report import render
@@ -28,6 +30,7 @@ from kdsync.benchmark.runner import (
     run_benchmark,
 )
 from kdsync.benchmark.systems import MirrorMakerNotProvisioned, find_mirrormaker
+from kdsync.config.sections import OrderingConfig
 from kdsync.localkafka import KafkaNotProvisioned, LocalKafkaFleet, find_distribution
 
 # Brokers tuned like Kafka's own bin/kafka-server-start.sh (1 GiB heap, G1, full JIT),
@@ -79,6 +82,31 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive whole number")
     return value
+
+
+def _ordering(text: str) -> tuple[tuple[str, int], ...]:
+    """``sourceLingerMs=20,tickMs=10``: kdsync ``ordering`` settings, checked here as the
+    sidecar checks them (a typo would otherwise end in a sidecar that exits)."""
+    pairs: list[tuple[str, int]] = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        key, _, value = item.partition("=")
+        try:
+            pairs.append((key.strip(), int(value)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected KEY=NUMBER, e.g. sourceLingerMs=20"
+            ) from None
+    try:
+        OrderingConfig.model_validate(dict(pairs))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid kdsync ordering section ({problems}); its settings "
+            "are in docs/sidecar.md"
+        ) from None
+    return tuple(pairs)
 
 
 def _systems(text: str) -> tuple[str, ...]:
@@ -157,6 +185,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="MirrorMaker tasks.max (default 1, MirrorMaker's default)",
     )
     parser.add_argument(
+        "--kdsync-variant",
+        type=_ordering,
+        action="append",
+        default=[],
+        metavar="KEY=N,...",
+        help="also measure kdsync with these ordering settings (over the local group's "
+        "tickMs=20), in the same rounds, e.g. sourceLingerMs=20; repeatable "
+        "(docs/sidecar.md)",
+    )
+    parser.add_argument(
         "--systems",
         type=_systems,
         default=defaults.systems,
@@ -219,6 +257,7 @@ def settings_from(args: argparse.Namespace) -> BenchSettings:
         "mm2_tasks": args.mm2_tasks,
         "systems": args.systems,
         "repeat": args.repeat,
+        "kdsync_variants": tuple(args.kdsync_variant),
     }
     if args.quick:
         values.update(QUICK)

@@ -33,6 +33,7 @@ from kdsync.benchmark.systems import (
     delete_topics,
     list_topics,
 )
+from kdsync.local_group import DEFAULT_ORDERING
 from kdsync.localkafka.distribution import KafkaDistribution
 
 KDSYNC = "kdsync"
@@ -58,6 +59,9 @@ class BenchSettings:
     start_timeout: float = 300.0
     phase_deadline: float = 300.0
     repeat: int = 1  # rounds: every system measured this many times, interleaved
+    # Further kdsync systems measured in the same rounds, each with these ``ordering``
+    # settings over LocalSidecarGroup's ((camelCase key, value), ...): A/B on one machine.
+    kdsync_variants: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     def cluster_count(self) -> int:
         wanted = [self.ceiling_members] if "ceiling" in self.systems else []
@@ -274,12 +278,21 @@ def _cleanup_topics(clusters: Mapping[str, str], before: Mapping[str, set[str]])
         delete_topics(bootstrap, [t for t in created if not t.startswith("__")])
 
 
+def variant_label(ordering: tuple[tuple[str, int], ...]) -> str:
+    """``kdsync sourceLingerMs=20``: the system's name in tables and JSON."""
+    return f"{KDSYNC} " + ",".join(f"{key}={value}" for key, value in ordering)
+
+
 def _new_system(
     label: str, clusters: Mapping[str, str], system_dir: Path, settings: BenchSettings
 ) -> ReplicationSystem:
-    topic = f"bench-{label.lower()}-{len(clusters)}-{secrets.token_hex(3)}"
+    topic = f"bench-{label.split(maxsplit=1)[0].lower()}-{len(clusters)}-{secrets.token_hex(3)}"
     if label == KDSYNC:
         return KdsyncSystem(clusters, system_dir, topic, settings.partitions)
+    variants = {variant_label(v): v for v in settings.kdsync_variants}
+    if label in variants:
+        ordering = {**DEFAULT_ORDERING, **dict(variants[label])}
+        return KdsyncSystem(clusters, system_dir, topic, settings.partitions, ordering, label=label)
     return MirrorMakerSystem(
         clusters, system_dir, topic, settings.partitions,
         exactly_once=label == MM2_EOS, tasks_max=settings.mm2_tasks,
@@ -351,6 +364,8 @@ def run_benchmark(
     plan: list[tuple[str, int]] = []
     if KDSYNC in settings.systems:
         plan += [(KDSYNC, n) for n in settings.kdsync_members]
+        for variant in settings.kdsync_variants:
+            plan += [(variant_label(variant), n) for n in settings.kdsync_members]
     for label in (MM2_EOS, MM2):
         if label in settings.systems:
             plan += [(label, n) for n in settings.mm2_members]
@@ -362,7 +377,8 @@ def run_benchmark(
             progress(f"round {round_number} of {settings.repeat}")
         for label, members in plan:
             chosen = {n: clusters[n] for n in names[:members]}
-            system_dir = work_dir / f"{label.lower()}-{members}{suffix}"
+            folder = label.lower().replace(" ", "-").replace(",", "-").replace("=", "")
+            system_dir = work_dir / f"{folder}-{members}{suffix}"
             before = {n: list_topics(b) for n, b in chosen.items()}
             system = _new_system(label, chosen, system_dir, settings)
             chosen_brokers = {n: brokers[n] for n in chosen if n in brokers}
@@ -406,6 +422,9 @@ def result_from_json(data: Mapping[str, Any]) -> BenchResult:
     saved: dict[str, Any] = {
         k: tuple(v) if isinstance(v, list) else v for k, v in data["settings"].items()
     }
+    saved["kdsync_variants"] = tuple(
+        tuple(tuple(pair) for pair in variant) for variant in saved.get("kdsync_variants", ())
+    )
     settings = BenchSettings(**saved)
     result = BenchResult(
         settings,

@@ -100,7 +100,9 @@ class KdsyncSystem:
         partitions: int,
         ordering: Mapping[str, Any] | None = None,
         group_class: type[LocalSidecarGroup] = LocalSidecarGroup,
+        label: str = "kdsync",
     ) -> None:
+        self.label = label  # a variant's own name (runner.variant_label)
         self.clusters = dict(clusters)
         self.members = len(self.clusters)
         self.run_dir = run_dir

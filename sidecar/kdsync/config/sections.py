@@ -444,6 +444,21 @@ class OrderingConfig(ConfigModel):
         default=100, ge=1, description="an unordered batch is offered again after this long"
     )
     max_batch_events: int = Field(default=500, ge=1, description="events per origin batch")
+    # 100 ms: fewer, fuller batches cost less CPU per event than the wait costs latency on
+    # a busy machine (docs/performance.md, "Latency: where an event waits").
+    source_linger_ms: int = Field(
+        default=100,
+        ge=0,
+        le=1_000,
+        description="how long the source reader waits for a fuller batch; 0 takes what has arrived",
+    )
+    transaction_interval_ms: int = Field(
+        default=0,
+        ge=0,
+        le=10_000,
+        description="least time from one T-global transaction's start to the next one's "
+        "(rounded up to whole ticks); 0 starts the next as soon as one commits",
+    )
     # At most 16 MiB: a batch crosses the peer port as one frame and is stored as one
     # ordering-log record, both capped at 64 MiB (with room for one event of up to 32 MiB).
     max_batch_bytes: int = Field(

@@ -14,7 +14,8 @@ The rules it keeps (docs/ordering.md, "The driver"):
    is in flight at a time; Readys taken meanwhile are merged into the next write (group
    commit), and each write's messages and deliveries wait for it.
 2. Deliveries queue as chunks (one per Ready, each with the ledger right after it).
-   One transaction at a time writes a run of chunks with the last chunk's ledger. Only
+   One transaction at a time writes a run of chunks with the last chunk's ledger, the
+   next starting no sooner than ``transaction_interval_ticks`` after the last. Only
    when it has committed are the entries marked applied (``node.applied``) and the
    source positions committed: never ahead of what ``T-global`` holds.
 3. A source batch the node refuses (its outbox is full) is held and offered again
@@ -62,6 +63,8 @@ class DriverLimits:
     retry_ticks: tuple[int, int] = (4, 100)  # backoff after a failed transaction, min..max
     trim_ticks: int = 600  # how often the durable log is trimmed
     trim_margin: int = 4096  # entries kept below what every member stored and we applied
+    # Ticks from one transaction's start to the next one's at the least (0: back to back).
+    transaction_interval_ticks: int = 0
 
 
 @dataclass
@@ -421,6 +424,7 @@ class MemberDriver:
             take.append(chunk)
             events += chunk.events
         self._writing = take
+        self._retry_at = self._ticks + self.limits.transaction_interval_ticks
         delivery.write([d for chunk in take for d in chunk.deliveries], take[-1].ledger)
 
     def _maybe_trim(self) -> None:

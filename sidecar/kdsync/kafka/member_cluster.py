@@ -85,6 +85,7 @@ class MemberClusterSettings:
     selects: Callable[[str], bool]  # which topics are sources
     max_batch_events: int
     max_batch_bytes: int
+    source_linger_ms: int = 100
 
 
 def open_member_cluster(
@@ -112,6 +113,7 @@ def open_member_cluster(
         settings.max_batch_events,
         settings.max_batch_bytes,
         on_batches,
+        linger_ms=settings.source_linger_ms,
     )
     log_store = LogStore(properties, settings.group, settings.member)
     recovered_log = log_store.recover(ledger.applied_index)

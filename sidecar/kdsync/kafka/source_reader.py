@@ -34,6 +34,8 @@ from kdsync.ordering.events import EVENT_OVERHEAD_BYTES, header_bytes
 log = logging.getLogger(__name__)
 
 _DISCOVERY_SECONDS = 5.0
+# The longest one read waits for a first record, so the loop's other work gets its turn.
+_TURN_SECONDS = 0.1
 _ENDS_SECONDS = 1.0  # how often end offsets are refreshed for the record-lag metric
 # A partition with committed records beyond what was read, and nothing read for this long,
 # gets a new consumer (see _check_stalled); checked this often.
@@ -60,6 +62,7 @@ class SourceReader:
         max_batch_events: int,
         max_batch_bytes: int,
         on_batches: Callable[[], None],
+        linger_ms: int = 100,
         queue_batches: int = 64,
         consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
         stall_seconds: float = _STALL_SECONDS,
@@ -70,6 +73,7 @@ class SourceReader:
         self._start = dict(start_positions)
         self._max_events = max_batch_events
         self._max_bytes = max_batch_bytes
+        self._linger_seconds = linger_ms / 1000
         self._on_batches = on_batches
         self.batches: queue.Queue[OriginBatch] = queue.Queue(maxsize=queue_batches)
         config = client_config(
@@ -95,6 +99,7 @@ class SourceReader:
         self._stall_check_seconds = min(_STALL_CHECK_SECONDS, stall_seconds / 3)
         self._consumer = self._make_consumer()
         self.consumers_replaced = 0
+        self.failure: str | None = None  # why the reading thread ended, if not stopped
         self._topics = topics  # shared with the sidecar: one admin client per cluster
         self._assigned: dict[tuple[str, int], int] = {}  # partition -> next position to offer
         # Partitions still to be read from their beginning (nothing read yet), and when
@@ -203,6 +208,13 @@ class SourceReader:
     def _run(self) -> None:
         try:
             self._read_until_stopped()
+        except Exception as exc:
+            # Not caught, it would end this thread alone: the sidecar would run on while
+            # its cluster's events silently stopped entering the order. It stops instead
+            # (exit 1, restarted by its supervisor, reading on from the ledger's positions).
+            log.exception("the source reader failed")
+            self.failure = f"the source reader failed: {exc!r}"
+            self._on_batches()  # wakes the sidecar's loop, which sees the failure
         finally:
             if self._stop.is_set():
                 self._close_consumer()
@@ -225,13 +237,26 @@ class SourceReader:
                 except Exception as exc:  # discovery is retried; reading goes on
                     self._note_error(f"topic discovery failed: {exc}")
             self._commit_pending()
-            # A batch consume returns early only with all of num_messages, so at low rates
-            # the timeout is a 100 ms linger. It is wanted: taking records as they come
-            # (one per batch) doubled the demo's p50 at 200 events/s (docs/performance.md).
-            messages = self._consumer.consume(num_messages=self._max_events, timeout=0.1)
+            messages = self._read_batch()
             self.read_at = time.monotonic()
             if messages:
                 self._publish(messages)
+
+    def _read_batch(self) -> list[Message]:
+        """The next records, after waiting up to the linger for a fuller batch.
+
+        A batch consume returns early only with all of num_messages, so at low rates its
+        timeout is the linger (counted from the call). A linger shorter than the loop's
+        turn first waits for one record, so an idle reader does not spin."""
+        linger = self._linger_seconds
+        if linger >= _TURN_SECONDS:
+            return self._consumer.consume(num_messages=self._max_events, timeout=linger)
+        first = self._consumer.poll(_TURN_SECONDS)
+        if first is None:
+            return []
+        if self._max_events == 1:
+            return [first]
+        return [first, *self._consumer.consume(num_messages=self._max_events - 1, timeout=linger)]
 
     def _check_stalled(self) -> None:
         """Replace the consumer when it has stopped fetching.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from typing import Any
@@ -176,6 +177,9 @@ class Sidecar:
                 retry_ticks=(max(1, round(0.2 * ticks_per_second)), round(5 * ticks_per_second)),
                 trim_ticks=max(1, round(TRIM_SECONDS * ticks_per_second)),
                 trim_margin=4 * config.ordering.retained_applied,
+                transaction_interval_ticks=math.ceil(
+                    config.ordering.transaction_interval_ms / config.ordering.tick_ms
+                ),
             ),
             self._observer,
             recovered.ledger if recovered is not None else None,
@@ -248,6 +252,7 @@ class Sidecar:
             self._selects,
             config.ordering.max_batch_events,
             config.ordering.max_batch_bytes,
+            config.ordering.source_linger_ms,
         )
 
     def _selects(self, topic: str) -> bool:
@@ -374,7 +379,12 @@ class Sidecar:
             self.metrics.loop_lag.observe(lag)
 
     def _stop_if_fatal(self) -> None:
-        if self.driver is not None and self.driver.state.fatal:
+        if self.driver is None:
+            return
+        state = self.driver.state
+        if self._cluster is not None and self._cluster.reader.failure and not state.fatal:
+            state.fatal = self._cluster.reader.failure
+        if state.fatal:
             self._stopping.set()
 
     # ------------------------------------------------------------------ reporting

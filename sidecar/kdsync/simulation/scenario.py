@@ -120,6 +120,15 @@ def make_scenario(seed: int) -> Scenario:
         membership = _membership_plan(changes, scenario.group, scenario.fault_ticks)
         # Each change waits for an election or a catch-up at worst.
         settle += len(membership) * 40 * timing.election_ticks
+    # In half, a member starts a T-global transaction at most every 1 or 3 ticks
+    # (ordering.transactionIntervalMs; drawn apart, as above): a backlog is then written
+    # in full transactions, one per interval at most.
+    interval = random.Random(f"transaction-interval-{seed}").choice((0, 0, 1, 3))
+    if interval:
+        ticks = scenario.fault_ticks + 40 + HALT_TRAFFIC_TICKS  # of traffic, at most
+        per_tick = scenario.produce_rate * scenario.burst * _source_partitions(scenario)
+        full = round(per_tick * ticks) // scenario.limits.max_events_per_transaction
+        settle += interval * (full + 1)
     return replace(
         scenario,
         timing=timing,
@@ -127,7 +136,14 @@ def make_scenario(seed: int) -> Scenario:
         halted_restart_at=restart_at,
         membership=membership,
         settle_ticks=settle,
+        limits=replace(scenario.limits, transaction_interval_ticks=interval),
     )
+
+
+def _source_partitions(scenario: Scenario) -> int:
+    """Source partitions over the data members: where events are produced each tick."""
+    per_member = sum(count for _, count in scenario.topics)
+    return per_member * len(scenario.group.data_members)
 
 
 def _membership_plan(
