@@ -96,13 +96,15 @@ def test_simulator_catches_a_broken_driver(name: str) -> None:
 class _WriteClock(MemberDriver):
     """The production driver, noting the tick at which each transaction starts."""
 
-    starts: dict[int, list[int]]  # id(driver) -> ticks, shared by the class per test
+    # driver -> ticks, shared by the class per test; keyed by the object, not its id: a
+    # restarted member's new driver must not be taken for the crashed one
+    starts: dict[MemberDriver, list[int]]
 
     def _maybe_write(self) -> None:
         before = self._writing
         super()._maybe_write()
         if self._writing is not None and self._writing is not before:
-            self.starts.setdefault(id(self), []).append(self._ticks)
+            self.starts.setdefault(self, []).append(self._ticks)
 
 
 def _closest_starts(seed: int, interval: int) -> tuple[bool, int]:
@@ -115,6 +117,7 @@ def _closest_starts(seed: int, interval: int) -> tuple[bool, int]:
     clock = type("Clock", (_WriteClock,), {"starts": {}})
     outcome = run_scenario(scenario, driver_factory=lambda *a: clock(*a[:3], recovered_ledger=a[3]))
     gaps = [b - a for ticks in clock.starts.values() for a, b in itertools.pairwise(ticks)]
+    assert gaps, f"seed {seed}: no member started two transactions"
     return outcome.ok, min(gaps)
 
 

@@ -643,6 +643,9 @@ def test_kdsync_variants_run_beside_kdsync_in_each_round_with_their_own_settings
         with pytest.raises(SystemExit):
             parse_args(["--kdsync-variant", wrong])
         assert says in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a variant of a system not measured would vanish
+        parse_args(["--systems", "MM2", "--kdsync-variant", "sourceLingerMs=20"])
+    assert "add kdsync to --systems" in capsys.readouterr().err
 
     built: list[tuple[str, Any]] = []
     folders: list[str] = []

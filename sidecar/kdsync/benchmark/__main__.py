@@ -23,6 +23,7 @@ from kdsync.benchmark.machine import describe_machine, load_average
 from kdsync.benchmark.medians import result_document
 from kdsync.benchmark.report import render
 from kdsync.benchmark.runner import (
+    KDSYNC,
     SYSTEM_KINDS,
     BenchResult,
     BenchSettings,
@@ -240,7 +241,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile-members", type=int, default=3)
     parser.add_argument("--profile-seconds", type=float, default=20.0)
     parser.add_argument("--profile-size", type=int, default=100)
-    return parser.parse_args(argv)  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.kdsync_variant and KDSYNC not in args.systems:
+        parser.error("--kdsync-variant measures beside kdsync: add kdsync to --systems")
+    return args
 
 
 def settings_from(args: argparse.Namespace) -> BenchSettings:

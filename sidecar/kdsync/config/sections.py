@@ -456,8 +456,9 @@ class OrderingConfig(ConfigModel):
         default=0,
         ge=0,
         le=10_000,
-        description="least time from one T-global transaction's start to the next one's "
-        "(rounded up to whole ticks); 0 starts the next as soon as one commits",
+        description="spacing of T-global transaction starts, in whole ticks (rounded up) "
+        "counted from the tick the last one started in, so a gap can be up to one tick "
+        "shorter; 0 starts the next as soon as one commits",
     )
     # At most 16 MiB: a batch crosses the peer port as one frame and is stored as one
     # ordering-log record, both capped at 64 MiB (with room for one event of up to 32 MiB).

@@ -279,10 +279,11 @@ class MemberDriver:
             if self.state.halted != reason:
                 self.observer.halted(reason)
             self.state.halted = reason
-            self._retry_at = self._ticks + self.limits.halt_retry_ticks
+            self._retry_at = max(self._retry_at, self._ticks + self.limits.halt_retry_ticks)
             return
         self.state.last_delivery_error = reason
-        self._retry_at = self._ticks + self._backoff
+        # max: a retry also keeps to the interval since the failed transaction started.
+        self._retry_at = max(self._retry_at, self._ticks + self._backoff)
         self._backoff = min(self._backoff * 2, self.limits.retry_ticks[1])
 
     # ------------------------------------------------------------------ reporting

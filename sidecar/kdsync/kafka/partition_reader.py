@@ -72,16 +72,17 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -
     deadline = time.monotonic() + timeout
     pause = 0.05
     while True:
-        left = deadline - time.monotonic()
         try:
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=max(left, 0.1), cached=False
+                TopicPartition(topic, partition),
+                timeout=max(deadline - time.monotonic(), 0.1),
+                cached=False,
             )
             return int(low), int(high)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             moving = isinstance(error, KafkaError) and error.code() in _LEADER_MOVING
-            if not moving or left <= pause:
+            if not moving or deadline - time.monotonic() <= pause:
                 raise KafkaUnavailable(
                     f"cannot read the offsets of {topic}[{partition}]: {exc}"
                 ) from exc

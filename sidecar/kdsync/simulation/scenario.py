@@ -122,13 +122,13 @@ def make_scenario(seed: int) -> Scenario:
         settle += len(membership) * 40 * timing.election_ticks
     # In half, a member starts a T-global transaction at most every 1 or 3 ticks
     # (ordering.transactionIntervalMs; drawn apart, as above): a backlog is then written
-    # in full transactions, one per interval at most.
+    # one transaction per interval, each full or cut at a chunk's end (counted twice).
     interval = random.Random(f"transaction-interval-{seed}").choice((0, 0, 1, 3))
     if interval:
         ticks = scenario.fault_ticks + 40 + HALT_TRAFFIC_TICKS  # of traffic, at most
         per_tick = scenario.produce_rate * scenario.burst * _source_partitions(scenario)
         full = round(per_tick * ticks) // scenario.limits.max_events_per_transaction
-        settle += interval * (full + 1)
+        settle += interval * (2 * full + 1)
     return replace(
         scenario,
         timing=timing,
