@@ -85,7 +85,7 @@ class MemberClusterSettings:
     selects: Callable[[str], bool]  # which topics are sources
     max_batch_events: int
     max_batch_bytes: int
-    source_linger_ms: int = 100
+    source_linger_ms: int
 
 
 def open_member_cluster(

@@ -47,18 +47,23 @@ def reading_consumer(
     )
 
 
-def read_available(consumer: Consumer, wait_seconds: float, max_records: int) -> list[Message]:
+def read_available(
+    consumer: Consumer, wait_seconds: float, max_records: int, linger_seconds: float = 0.0
+) -> list[Message]:
     """The records the consumer has, returned as soon as there is one (or none after
-    ``wait_seconds``).
+    ``wait_seconds``), with what more arrives within ``linger_seconds`` after it.
 
     A batch ``consume`` with a timeout returns early only once it holds all of
     ``num_messages``, so at low rates it waits out its timeout. ``poll`` returns with the
-    first record; ``consume(timeout=0)`` then takes what the same fetch brought along.
+    first record; ``consume`` then takes what the same fetch brought along (and, with a
+    linger, what comes within it).
     """
     first = consumer.poll(wait_seconds)
     if first is None:
         return []
-    return [first, *consumer.consume(num_messages=max_records - 1, timeout=0)]
+    if max_records == 1:
+        return [first]
+    return [first, *consumer.consume(num_messages=max_records - 1, timeout=linger_seconds)]
 
 
 # A partition whose leader is being elected, as just after its topic was created (seen:

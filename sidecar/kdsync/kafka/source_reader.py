@@ -27,6 +27,7 @@ from confluent_kafka import (
 
 from kdsync import naming
 from kdsync.kafka.client_config import client_config
+from kdsync.kafka.partition_reader import read_available
 from kdsync.kafka.topics import ClusterTopics
 from kdsync.ordering import OriginBatch, SourceEvent
 from kdsync.ordering.events import EVENT_OVERHEAD_BYTES, header_bytes
@@ -251,12 +252,7 @@ class SourceReader:
         linger = self._linger_seconds
         if linger >= _TURN_SECONDS:
             return self._consumer.consume(num_messages=self._max_events, timeout=linger)
-        first = self._consumer.poll(_TURN_SECONDS)
-        if first is None:
-            return []
-        if self._max_events == 1:
-            return [first]
-        return [first, *self._consumer.consume(num_messages=self._max_events - 1, timeout=linger)]
+        return read_available(self._consumer, _TURN_SECONDS, self._max_events, linger)
 
     def _check_stalled(self) -> None:
         """Replace the consumer when it has stopped fetching.

@@ -126,7 +126,8 @@ def make_scenario(seed: int) -> Scenario:
     interval = random.Random(f"transaction-interval-{seed}").choice((0, 0, 1, 3))
     if interval:
         ticks = scenario.fault_ticks + 40 + HALT_TRAFFIC_TICKS  # of traffic, at most
-        per_tick = scenario.produce_rate * scenario.burst * _source_partitions(scenario)
+        partitions = _source_partitions(scenario.topics, scenario.group)
+        per_tick = scenario.produce_rate * scenario.burst * partitions
         full = round(per_tick * ticks) // scenario.limits.max_events_per_transaction
         settle += interval * (2 * full + 1)
     return replace(
@@ -140,10 +141,9 @@ def make_scenario(seed: int) -> Scenario:
     )
 
 
-def _source_partitions(scenario: Scenario) -> int:
+def _source_partitions(topics: tuple[tuple[str, int], ...], group: GroupSpec) -> int:
     """Source partitions over the data members: where events are produced each tick."""
-    per_member = sum(count for _, count in scenario.topics)
-    return per_member * len(scenario.group.data_members)
+    return sum(count for _, count in topics) * len(group.data_members)
 
 
 def _membership_plan(
@@ -252,7 +252,7 @@ def _fault_scenario(seed: int, rng: random.Random) -> Scenario:
     }
     produce_rate = rng.choice((0.05, 0.15, 0.4))
     # Events at most: each source partition of each data member, every tick of traffic.
-    partitions = sum(count for _, count in topics) * len(group.data_members)
+    partitions = _source_partitions(topics, group)
     events = round(produce_rate * partitions * (fault_ticks + 40))
     slowest_write = 1 + max(c.persist_ticks for c in costs.values())
     return Scenario(
