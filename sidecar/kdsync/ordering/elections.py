@@ -102,6 +102,7 @@ class Elections(NodeState):
         self.leader = self.member
         self._timer.leader_known(self._now)
         self._transfer_sent_at = NEVER
+        self._handover_hold_at = NEVER
         self._led_since = self._now
         self._tracker = ProgressTracker(self._peers, self.log.last_index + 1, self._now)
         self._term_start = self.log.last_index + 1  # where our no-op goes, below
@@ -234,8 +235,9 @@ class Elections(NodeState):
         the group then goes on at the faster pace."""
         tracker = self._tracker
         assert tracker is not None
-        if self._transferring():
-            return
+        window = 2 * self.timing.election_ticks
+        if self._now - self._transfer_sent_at < window:
+            return  # a handover is under way
         # Only to a member that answered lately: one that went down keeps its old match,
         # and handing over to it again and again would keep admission paused for good.
         recently = self._now - self.timing.election_ticks
@@ -247,14 +249,25 @@ class Elections(NodeState):
             and tracker[p].acked_at >= recently
         ]
         if self.commit_index != self.log.last_index or not caught_up:
-            if (self.ledger is None or self._leaving()) and any(
-                tracker[p].acked_at >= recently for p in self.config.data_voters if p != self.member
+            if (
+                (self.ledger is None or self._leaving())
+                and self._now - self._handover_hold_at >= window
+                and any(
+                    tracker[p].acked_at >= recently
+                    for p in self.config.data_voters
+                    if p != self.member
+                )
             ):
                 # Must hand over, and nobody is caught up: admit nothing new for a while
                 # (``_transferring``), so one can be. Resent batches of a member behind,
                 # which a witness cannot tell from new ones, would otherwise keep the
-                # log growing ahead of everyone for as long as traffic lasts.
-                self._transfer_sent_at = self._now
+                # log growing ahead of everyone for as long as traffic lasts. The hold
+                # does not delay the handover: it goes at the first heartbeat that
+                # finds a member caught up (it once waited for the hold to lapse, when
+                # admission resumed and the log ran ahead again, so a witness that led
+                # under steady traffic never handed over and admitted a few batches
+                # per two election timeouts: simulator seed 500656).
+                self._handover_hold_at = self._now
             return
         target = max(caught_up, key=lambda p: tracker[p].applied)
         if self.ledger is not None and not self._leaving():
@@ -266,9 +279,14 @@ class Elections(NodeState):
         self._send(target, TimeoutNow(self.term))
 
     def _transferring(self) -> bool:
-        """A handover was asked for lately: admit nothing new meanwhile (as etcd does),
-        or the target's log falls behind ours and our vote refuses it."""
-        return self._now - self._transfer_sent_at < self.timing.election_ticks * 2
+        """A handover was asked for lately, or is being prepared: admit nothing new
+        meanwhile (as etcd does), or the target's log falls behind ours and our vote
+        refuses it."""
+        window = 2 * self.timing.election_ticks
+        return (
+            self._now - self._transfer_sent_at < window
+            or self._now - self._handover_hold_at < window
+        )
 
     # ------------------------------------------------------------------ witness recovery
 

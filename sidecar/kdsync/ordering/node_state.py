@@ -87,7 +87,10 @@ class NodeState:
         self._term_start = 0  # as leader: the index of our term's first entry (its no-op)
         # As leader: when we were asked to remove ourselves (we hand over first).
         self._leave_asked_at = NEVER
-        self._transfer_sent_at = NEVER
+        self._transfer_sent_at = NEVER  # as leader: when we last sent a TimeoutNow
+        # As leader that must hand over with nobody caught up: when we began holding
+        # admission so that one can catch up (the handover goes as soon as one has).
+        self._handover_hold_at = NEVER
         # Batches in the leader's uncommitted suffix: an origin's resend of one of them is
         # not appended again (it would only be dropped as a duplicate after ordering).
         self._uncommitted: dict[BatchKey, int] = {}
