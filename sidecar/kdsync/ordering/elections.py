@@ -236,8 +236,8 @@ class Elections(NodeState):
         tracker = self._tracker
         assert tracker is not None
         window = 2 * self.timing.election_ticks
-        if self._now - self._transfer_sent_at < window:
-            return  # a handover is under way
+        if self._handover_sent_lately():
+            return
         # Only to a member that answered lately: one that went down keeps its old match,
         # and handing over to it again and again would keep admission paused for good.
         recently = self._now - self.timing.election_ticks
@@ -278,15 +278,16 @@ class Elections(NodeState):
         self._event("step-down", f"handing leadership to {target}")
         self._send(target, TimeoutNow(self.term))
 
+    def _handover_sent_lately(self) -> bool:
+        """A TimeoutNow went within two election timeouts: the handover is under way."""
+        return self._now - self._transfer_sent_at < 2 * self.timing.election_ticks
+
     def _transferring(self) -> bool:
         """A handover was asked for lately, or is being prepared: admit nothing new
         meanwhile (as etcd does), or the target's log falls behind ours and our vote
         refuses it."""
-        window = 2 * self.timing.election_ticks
-        return (
-            self._now - self._transfer_sent_at < window
-            or self._now - self._handover_hold_at < window
-        )
+        held = self._now - self._handover_hold_at < 2 * self.timing.election_ticks
+        return held or self._handover_sent_lately()
 
     # ------------------------------------------------------------------ witness recovery
 

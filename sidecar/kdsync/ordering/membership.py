@@ -63,6 +63,9 @@ class Membership(NodeState):
             or tracker is None
             or self.change_pending
             or self.commit_index < self._term_start
+            # A config entry now would put our log ahead of the target's, which would
+            # then lose its vote: promote once the handover is over.
+            or self._handover_sent_lately()
         ):
             return
         window = self.timing.max_entries_per_append
