@@ -235,7 +235,6 @@ class Elections(NodeState):
         the group then goes on at the faster pace."""
         tracker = self._tracker
         assert tracker is not None
-        window = 2 * self.timing.election_ticks
         if self._handover_sent_lately():
             return
         # Only to a member that answered lately: one that went down keeps its old match,
@@ -251,7 +250,7 @@ class Elections(NodeState):
         if self.commit_index != self.log.last_index or not caught_up:
             if (
                 (self.ledger is None or self._leaving())
-                and self._now - self._handover_hold_at >= window
+                and not self._within_handover_window(self._handover_hold_at)
                 and any(
                     tracker[p].acked_at >= recently
                     for p in self.config.data_voters
@@ -262,11 +261,9 @@ class Elections(NodeState):
                 # (``_transferring``), so one can be. Resent batches of a member behind,
                 # which a witness cannot tell from new ones, would otherwise keep the
                 # log growing ahead of everyone for as long as traffic lasts. The hold
-                # does not delay the handover: it goes at the first heartbeat that
-                # finds a member caught up (it once waited for the hold to lapse, when
-                # admission resumed and the log ran ahead again, so a witness that led
-                # under steady traffic never handed over and admitted a few batches
-                # per two election timeouts: simulator seed 500656).
+                # does not delay the handover, which goes at the first heartbeat that
+                # finds a member caught up (docs/ordering.md: it once waited for the
+                # lapse, and under steady traffic never went).
                 self._handover_hold_at = self._now
             return
         target = max(caught_up, key=lambda p: tracker[p].applied)
@@ -278,15 +275,20 @@ class Elections(NodeState):
         self._event("step-down", f"handing leadership to {target}")
         self._send(target, TimeoutNow(self.term))
 
+    def _within_handover_window(self, since: int) -> bool:
+        """Less than two election timeouts have passed since tick ``since``: how long a
+        handover, or a hold before one, lasts."""
+        return self._now - since < 2 * self.timing.election_ticks
+
     def _handover_sent_lately(self) -> bool:
-        """A TimeoutNow went within two election timeouts: the handover is under way."""
-        return self._now - self._transfer_sent_at < 2 * self.timing.election_ticks
+        """A TimeoutNow went within the window: the handover is under way."""
+        return self._within_handover_window(self._transfer_sent_at)
 
     def _transferring(self) -> bool:
         """A handover was asked for lately, or is being prepared: admit nothing new
         meanwhile (as etcd does), or the target's log falls behind ours and our vote
         refuses it."""
-        held = self._now - self._handover_hold_at < 2 * self.timing.election_ticks
+        held = self._within_handover_window(self._handover_hold_at)
         return held or self._handover_sent_lately()
 
     # ------------------------------------------------------------------ witness recovery

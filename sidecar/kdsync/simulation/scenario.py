@@ -415,7 +415,7 @@ def _churn_scenario(seed: int, rng: random.Random) -> Scenario:
         for name in names
     }
     produce_rate = rng.choice((0.1, 0.3))
-    partitions = topics[0][1] * len(group.data_members)
+    partitions = _source_partitions(topics, group)
     events = round(produce_rate * partitions * (fault_ticks + 40))
     return Scenario(
         seed=seed,
