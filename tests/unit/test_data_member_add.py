@@ -179,14 +179,30 @@ def _statuses(**applied_durable: tuple[int, int]) -> dict[str, dict[str, int]]:
 
 def test_the_donor_is_the_member_that_applied_least_and_the_floor_the_largest_durable() -> None:
     seen = _statuses(m1=(50, 40), m2=(47, 38), m3=(49, 41))
-    assert choose_donor(seen, ["m1", "m2", "m3"]) == DonorChoice("m2", 41)
+    assert choose_donor(seen, ["m1", "m2", "m3"], []) == DonorChoice("m2", 41)
     assert applied_everywhere(seen, ["m1", "m2", "m3"], 48) == ["m2"]
     assert applied_everywhere(seen, ["m1", "m2", "m3"], 47) == []
 
 
+def test_a_witness_that_remembers_more_than_the_restarted_data_members_raises_the_floor() -> None:
+    # Simulator seed 2017394: the data members restarted (a restart forgets allDurable),
+    # the witness kept 41 and, once it led, passed it on: the data members trimmed their
+    # logs up to it. A point below 41 would leave the new member waiting for entries no
+    # log holds any more.
+    seen = _statuses(m0=(52, 0), m1=(50, 0), m2=(51, 0), w3=(52, 0), w4=(52, 41))
+    choice = choose_donor(seen, ["m0", "m1", "m2"], ["w3", "w4"])
+    assert choice == DonorChoice("m1", 41)
+
+
 def test_every_data_member_must_answer_for_a_backfill_point() -> None:
     with pytest.raises(SeedingError, match=r"m3 did not answer"):
-        choose_donor(_statuses(m1=(50, 40), m2=(47, 38)), ["m1", "m2", "m3"])
+        choose_donor(_statuses(m1=(50, 40), m2=(47, 38)), ["m1", "m2", "m3"], [])
+
+
+def test_every_witness_must_answer_for_a_backfill_point() -> None:
+    seen = _statuses(m1=(50, 40), m2=(47, 38))
+    with pytest.raises(SeedingError, match=r"w3 did not answer: .*\(witnesses too\)"):
+        choose_donor(seen, ["m1", "m2"], ["w3"])
 
 
 def test_a_ledger_without_a_change_starts_the_new_member_on_the_groups_seed() -> None:

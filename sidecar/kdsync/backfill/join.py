@@ -101,13 +101,13 @@ class Backfill:
             return True
 
     def _choose(self, statuses: Statuses, deadline: float) -> tuple[list[str], DonorChoice]:
-        """The data members other than the new one, and the donor and floor among them,
-        asking again while one of them misses a poll."""
+        """The data members other than the new one, and the donor and floor among them
+        (and the witnesses), asking again while one of them misses a poll."""
         while True:
             seen = statuses()
-            data_members = self._data_members(seen)
+            data_members, witnesses = self._members(seen)
             try:
-                return data_members, choose_donor(seen, data_members)
+                return data_members, choose_donor(seen, data_members, witnesses)
             except SeedingError as error:
                 self._wait(deadline, str(error))
 
@@ -163,11 +163,14 @@ class Backfill:
             f"were there), live ordering takes over at applied index {point}"
         )
 
-    def _data_members(self, statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    def _members(self, statuses: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+        """The newest configuration's data members other than the new one, and its
+        witnesses."""
         config = newest_configuration(statuses.values()) or {}
-        witnesses = set(config.get("witnesses", []))
+        witnesses = list(config.get("witnesses", []))
         members = [*config.get("voters", []), *config.get("learners", [])]
-        return [m for m in members if m not in witnesses and m != self.member]
+        data = [m for m in members if m not in witnesses and m != self.member]
+        return data, [m for m in witnesses if m != self.member]
 
     def _startup(self) -> Configuration:
         """The group's seed, as the new member's file lists it (without itself): the

@@ -6,7 +6,10 @@ ledger's sequence numbers. *K* must be
 
 - at or past every member's ``allDurable`` once the new learner's addition has committed
   (no ordering log is trimmed past that while the learner has stored nothing, so entry
-  *K* and those after it can still be sent to it), and
+  *K* and those after it can still be sent to it). Witnesses count too: a witness that
+  heard a higher ``allDurable`` before data members restarted (a restart forgets it, down
+  to what the member's own log topic was trimmed to) passes it on once it leads, and the
+  data members then trim up to it; and
 - at or below every data member's applied index, so that nobody ever needs entries up to
   *K* from the new member should it lead.
 
@@ -52,19 +55,22 @@ class DonorChoice:
 
 
 def choose_donor(
-    statuses: Mapping[str, Mapping[str, Any]], data_members: Sequence[str]
+    statuses: Mapping[str, Mapping[str, Any]],
+    data_members: Sequence[str],
+    witnesses: Sequence[str],
 ) -> DonorChoice:
-    """From every data member's ``/status`` (each must answer)."""
-    silent = [m for m in data_members if m not in statuses]
+    """From the ``/status`` of every data member and witness (each must answer)."""
+    silent = [m for m in (*data_members, *witnesses) if m not in statuses]
     if silent:
         raise SeedingError(
             f"{', '.join(silent)} did not answer: a backfill point must be below what every "
-            "data member applied, so every data member must answer; give its address"
+            "data member applied, and at or past what any member knows every log stored, so "
+            "every member (witnesses too) must answer; give its address"
         )
     if not data_members:
         raise SeedingError("the group has no data member to copy from")
     applied = {m: int(statuses[m].get("appliedIndex", 0)) for m in data_members}
-    floor = max(int(statuses[m].get("allDurable", 0)) for m in data_members)
+    floor = max(int(statuses[m].get("allDurable", 0)) for m in (*data_members, *witnesses))
     donor = min(data_members, key=lambda m: (applied[m], m))
     return DonorChoice(donor, floor)
 

@@ -48,6 +48,7 @@ class RecoveredLog:
     hard_state: HardState
     entries: tuple[Entry, ...]  # contiguous, after ``after``
     after: int
+    trimmed_below: int = 0  # records were deleted: the topic holds no entry below this
 
 
 class LogStore:
@@ -83,10 +84,13 @@ class LogStore:
         hard = HardState()
         entries: dict[int, Entry] = {}
         last = 0
+        first_offset: int | None = None
         try:
             for message in read_to_end(consumer, self._topic, 0):
                 key, value, offset = message.key(), message.value(), message.offset()
                 assert value is not None and offset is not None
+                if first_offset is None:
+                    first_offset = offset
                 if key == HARD_KEY:
                     hard = decode_hard_state(value)
                     self._hard_offset = offset
@@ -123,7 +127,10 @@ class LogStore:
                 self._topic,
                 after + len(contiguous),
             )
-        return RecoveredLog(hard, tuple(contiguous), after)
+        # Only trim() deletes records (the topic keeps them forever otherwise), and it keeps
+        # every entry from the index it was given: the lowest one held is at or below it.
+        trimmed = min(self._offsets, default=0) if first_offset else 0
+        return RecoveredLog(hard, tuple(contiguous), after, trimmed)
 
     def persist(
         self, hard_state: HardState | None, entries: list[Entry], truncate_from: int | None = None

@@ -124,5 +124,7 @@ def open_member_cluster(
         len(recovered_log.entries),
         len(ledger.marks),
     )
-    recovered = RecoveredState(recovered_log.hard_state, ledger, recovered_log.entries)
+    recovered = RecoveredState(
+        recovered_log.hard_state, ledger, recovered_log.entries, recovered_log.trimmed_below
+    )
     return MemberCluster(topics, writer, reader, log_store, recovered)

@@ -100,6 +100,9 @@ class OrderingNode(Elections, Replication, Admission, Membership):
             self._configs_changed(ledger.applied_index + 1, list(state.entries))
             self.commit_index = ledger.applied_index
             self._durable_applied = ledger.applied_index
+            # Every data member stored what our log was trimmed below: a backfill point
+            # chosen from our status must not go below it (kdsync.backfill.seeding).
+            self._all_durable = max(0, state.trimmed_below - 1)
             self.outbox.start_from({w: m for w, m in ledger.marks.items() if w[0] == member})
         self._timer.reset()
 

@@ -47,6 +47,9 @@ class RecoveredState:
     hard_state: HardState = field(default_factory=HardState)
     ledger: LedgerState = field(default_factory=LedgerState)
     entries: tuple[Entry, ...] = ()  # persisted log entries after ledger.applied_index
+    # The log topic was trimmed: it holds no entry below this index (0: never trimmed).
+    # Trims stay below allDurable, which a restart would otherwise forget.
+    trimmed_below: int = 0
 
 
 @dataclass(frozen=True, slots=True)

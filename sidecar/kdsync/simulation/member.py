@@ -109,7 +109,7 @@ class SimKafka:
             if entry.index != after + 1 + len(entries):
                 break
             entries.append(entry)
-        return RecoveredState(self.hard_state, self.ledger, tuple(entries))
+        return RecoveredState(self.hard_state, self.ledger, tuple(entries), self.trimmed_below)
 
     def persist(self, hard: HardState | None, entries: list[Entry], start: int | None) -> None:
         if hard is not None:

@@ -116,21 +116,24 @@ class MembershipOperator:
         - At or below what every data member has applied (their logs match the group's
           up to there; the new member knows the term of K, where its log starts, for a
           peer whose log ends there).
-        - At or past what any log trimmed, or may still trim with what its member knows
+        - At or past what any log trimmed, or may still trim with what any member knows
           of ``all_durable`` (which stays put while the new learner has stored nothing):
           entry K (whose term starts the first Append to the new member) and those after
-          it must still be there to send.
+          it must still be there to send. A witness counts: it may remember more than
+          data members that restarted since, and passes that on once it leads.
 
         None while no ledger fits: a member far behind holds the new one back."""
         floor, ceiling = 0, None
         donors: list[tuple[SimKafka, Configuration]] = []
         for member in self._members.values():
-            if member.is_witness or member.name in self.removed or member.name == name:
+            if member.name in self.removed or member.name == name:
+                continue
+            if member.node is not None:
+                floor = max(floor, member.node.all_durable)
+            if member.is_witness:
                 continue
             kafka = member.kafka
             floor = max(floor, kafka.trimmed_below)
-            if member.node is not None:
-                floor = max(floor, member.node.all_durable)
             applied = kafka.ledger.applied_index
             ceiling = applied if ceiling is None else min(ceiling, applied)
             donors.append((kafka, Configuration(member.group.members, member.group.witnesses)))
