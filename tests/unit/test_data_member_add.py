@@ -194,6 +194,16 @@ def test_a_witness_that_remembers_more_than_the_restarted_data_members_raises_th
     assert choice == DonorChoice("m1", 41)
 
 
+def test_a_restarted_data_member_whose_log_was_trimmed_raises_the_floor() -> None:
+    # It reports allDurable 0 after a restart, but its log topic holds nothing below 30:
+    # a point below that would need entries (or the term of entry K) it no longer has.
+    seen = _statuses(m1=(50, 0), m2=(47, 0), m3=(49, 0))
+    seen["m3"]["trimmedBelow"] = 30
+    assert choose_donor(seen, ["m1", "m2", "m3"], []) == DonorChoice("m2", 30)
+    seen["m1"]["allDurable"] = 41
+    assert choose_donor(seen, ["m1", "m2", "m3"], []).floor == 41
+
+
 def test_every_data_member_must_answer_for_a_backfill_point() -> None:
     with pytest.raises(SeedingError, match=r"m3 did not answer"):
         choose_donor(_statuses(m1=(50, 40), m2=(47, 38)), ["m1", "m2", "m3"], [])

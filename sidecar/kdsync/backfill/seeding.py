@@ -6,9 +6,10 @@ ledger's sequence numbers. *K* must be
 
 - at or past every member's ``allDurable`` once the new learner's addition has committed
   (no ordering log is trimmed past that while the learner has stored nothing, so entry
-  *K* and those after it can still be sent to it). Witnesses count too: a witness that
-  heard a higher ``allDurable`` before data members restarted (a restart forgets it, down
-  to what the member's own log topic was trimmed to) passes it on once it leads, and the
+  *K* and those after it can still be sent to it), and at or past every data member's
+  ``trimmedBelow`` (where its log topic started when it did: a restart forgets
+  ``allDurable``, not the trims made before). Witnesses count too: a witness that heard a
+  higher ``allDurable`` before data members restarted passes it on once it leads, and the
   data members then trim up to it; and
 - at or below every data member's applied index, so that nobody ever needs entries up to
   *K* from the new member should it lead.
@@ -51,7 +52,7 @@ class SeedingError(RuntimeError):
 @dataclass(frozen=True)
 class DonorChoice:
     donor: str  # the data member that applied least: its latest ledger is K
-    floor: int  # K must not be below this (the largest allDurable reported)
+    floor: int  # K must not be below this (the largest allDurable or trimmedBelow)
 
 
 def choose_donor(
@@ -70,7 +71,9 @@ def choose_donor(
     if not data_members:
         raise SeedingError("the group has no data member to copy from")
     applied = {m: int(statuses[m].get("appliedIndex", 0)) for m in data_members}
-    floor = max(int(statuses[m].get("allDurable", 0)) for m in (*data_members, *witnesses))
+    known = [int(statuses[m].get("allDurable", 0)) for m in (*data_members, *witnesses)]
+    starts = [int(statuses[m].get("trimmedBelow", 0)) for m in data_members]
+    floor = max(known + starts)
     donor = min(data_members, key=lambda m: (applied[m], m))
     return DonorChoice(donor, floor)
 

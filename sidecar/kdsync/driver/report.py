@@ -77,6 +77,9 @@ def node_section(driver: MemberDriver) -> dict[str, Any]:
         # Every data member stored the log up to here: no ordering log is trimmed past it,
         # so a backfill point for a new member must not be below it (kdsync.backfill).
         "allDurable": node.all_durable,
+        # Where this member's log topic started when it did (a restart forgets allDurable;
+        # the trims it made before are below this): the backfill point must not be below.
+        "trimmedBelow": node.trimmed_below,
         "memberLag": member_lag(driver),
         "pendingEvents": driver.pending_events,
         # What ordering.maxLogBytes bounds: log entries held in memory, read-backs included.

@@ -127,8 +127,7 @@ class LogStore:
                 self._topic,
                 after + len(contiguous),
             )
-        # Only trim() deletes records (the topic keeps them forever otherwise), and it keeps
-        # every entry from the index it was given: the lowest one held is at or below it.
+        # Records were deleted (by trim(), or retention set by hand): the lowest entry held.
         trimmed = min(self._offsets, default=0) if first_offset else 0
         return RecoveredLog(hard, tuple(contiguous), after, trimmed)
 

@@ -100,9 +100,7 @@ class OrderingNode(Elections, Replication, Admission, Membership):
             self._configs_changed(ledger.applied_index + 1, list(state.entries))
             self.commit_index = ledger.applied_index
             self._durable_applied = ledger.applied_index
-            # Every data member stored what our log was trimmed below: a backfill point
-            # chosen from our status must not go below it (kdsync.backfill.seeding).
-            self._all_durable = max(0, state.trimmed_below - 1)
+            self._trimmed_below = state.trimmed_below
             self.outbox.start_from({w: m for w, m in ledger.marks.items() if w[0] == member})
         self._timer.reset()
 
@@ -331,6 +329,12 @@ class OrderingNode(Elections, Replication, Admission, Membership):
         """Every data member has stored the log up to here; older entries are needed
         only by witnesses and by this member's own recovery."""
         return self._all_durable
+
+    @property
+    def trimmed_below(self) -> int:
+        """Our log topic held no entry below this when we started (0: never trimmed).
+        ``all_durable`` covers what we trim later; a restart forgets it, not this."""
+        return self._trimmed_below
 
     def outbox_size(self) -> int:
         return len(self.outbox)

@@ -69,6 +69,7 @@ class NodeState:
         self._reported_match = 0
         self._leader_incarnation = 0
         self._all_durable = 0
+        self._trimmed_below = 0  # a data member's log topic, as recovered at start
         self._known_commit = 0  # the highest commit index a leader has told us about
 
         self._now = 0
