@@ -30,6 +30,7 @@ from kdsync.config import SidecarConfig, parse_config
 from kdsync.driver import MemberDriver
 from kdsync.pki import GroupCa, make_group_pki
 from kdsync.runtime.admin_api import start_admin
+from kdsync.runtime.admin_site import GatedTlsSite, HandshakeLimits
 from kdsync.runtime.http_api import build_app
 from kdsync.runtime.process import ListenerError, start_listeners
 from kdsync.runtime.sidecar import Sidecar
@@ -252,6 +253,86 @@ def _no_certificate_context(pki: Pki, maximum: ssl.TLSVersion) -> ssl.SSLContext
     context.maximum_version = maximum
     context.load_verify_locations(cadata=pki.operator.ca.decode())
     return context
+
+
+@contextlib.asynccontextmanager
+async def gated_listener(
+    files: MemberTlsFiles, limits: HandshakeLimits
+) -> AsyncIterator[tuple[str, GatedTlsSite]]:
+    """The admin app with ``limits``; yields its host:port and its site."""
+    runner = await start_admin(cast(Sidecar, StandIn()), "127.0.0.1:0", files, limits)
+    try:
+        (site,) = runner.sites
+        assert isinstance(site, GatedTlsSite)
+        yield f"127.0.0.1:{runner.addresses[0][1]}", site
+    finally:
+        await runner.cleanup()
+
+
+def _closed_by_server(address: str, within: float) -> bool:
+    """Connect and send nothing: whether the server closes the connection ``within``
+    seconds (it is still open after that)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=within) as plain:
+        try:
+            return plain.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+
+async def _wait_until(done: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(TIMEOUT_S):
+        while not done():
+            await asyncio.sleep(0.01)  # polling the condition; the deadline is above
+    assert done(), what
+
+
+def test_a_client_that_never_finishes_its_handshake_is_dropped(pki: Pki) -> None:
+    # asyncio's default is 60 s: a client opening connections and sending nothing held
+    # each socket for a minute.
+    limits = HandshakeLimits(handshake_timeout_s=0.5)
+
+    async def main() -> None:
+        async with gated_listener(pki.files["a"], limits) as (address, site):
+            assert await asyncio.to_thread(_closed_by_server, address, TIMEOUT_S)
+            await _wait_until(lambda: site.pending == 0, "the handshake is no longer counted")
+            with pki.client() as client:
+                code, _ = await asyncio.to_thread(
+                    client.get_json, address, "/status", "a", TIMEOUT_S
+                )
+                assert code == 200
+
+    _run(main)
+
+
+def test_connections_over_the_handshake_cap_are_closed_at_once(pki: Pki) -> None:
+    limits = HandshakeLimits(max_pending=2, handshake_timeout_s=3 * TIMEOUT_S)
+
+    async def main() -> None:
+        async with gated_listener(pki.files["a"], limits) as (address, site):
+            host, port = address.rsplit(":", 1)
+            idle = [socket.create_connection((host, int(port)), TIMEOUT_S) for _ in range(2)]
+            try:
+                await _wait_until(lambda: site.pending == 2, "both idle connections counted")
+                # A third is closed long before the handshake timeout.
+                assert await asyncio.to_thread(_closed_by_server, address, TIMEOUT_S)
+                for held in idle:
+                    held.setblocking(False)
+                    with pytest.raises(BlockingIOError):
+                        held.recv(1)  # still open, waiting for a ClientHello
+            finally:
+                for held in idle:
+                    held.close()
+            await _wait_until(lambda: site.pending == 0, "closed connections leave the count")
+            with pki.client() as client:
+                code, _ = await asyncio.to_thread(
+                    client.get_json, address, "/status", "a", TIMEOUT_S
+                )
+                assert code == 200
+
+    _run(main)
 
 
 def test_a_client_without_a_certificate_fails_the_handshake(pki: Pki) -> None:

@@ -6,7 +6,8 @@ none). Any such certificate may read; only the operator's (SAN URI
 ``kdsync-operator://<group>``, ``GroupCa.issue_operator``) may change the membership,
 and only with ``allowMembershipChanges: true``, as on the plain port. The listener serves
 with the member's own certificate, so the operator can check it reached the member it
-meant (``kdsync.admin_client``).
+meant (``kdsync.admin_client``). Connections still in their TLS handshake are bounded in
+number and time (``admin_site``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ssl
 
 from aiohttp import web
 
+from kdsync.runtime.admin_site import GatedTlsSite, HandshakeLimits
 from kdsync.runtime.http_api import add_shared_routes
 from kdsync.runtime.sidecar import Sidecar
 from kdsync.transport.address import parse_address
@@ -70,15 +72,21 @@ def build_admin_app(sidecar: Sidecar) -> web.Application:
     return app
 
 
-async def start_admin(sidecar: Sidecar, address: str, files: MemberTlsFiles) -> web.AppRunner:
-    """Serve the admin app on ``address`` over mutual TLS; the caller cleans the runner
-    up. Raises OSError (ssl.SSLError for unusable certificate files) if it cannot."""
+async def start_admin(
+    sidecar: Sidecar,
+    address: str,
+    files: MemberTlsFiles,
+    limits: HandshakeLimits | None = None,
+) -> web.AppRunner:
+    """Serve the admin app on ``address`` over mutual TLS, with ``limits`` on connections
+    still in their handshake; the caller cleans the runner up. Raises OSError
+    (ssl.SSLError for unusable certificate files) if it cannot."""
     host, port = parse_address(address)
     context = admin_server_context(files)
     runner = web.AppRunner(build_admin_app(sidecar), access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=context).start()
+        await GatedTlsSite(runner, host, port, context, limits or HandshakeLimits()).start()
     except BaseException:
         await runner.cleanup()
         raise
