@@ -283,10 +283,18 @@ def _closed_by_server(address: str, within: float) -> bool:
 
 
 async def _wait_until(done: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(TIMEOUT_S):
-        while not done():
-            await asyncio.sleep(0.01)  # polling the condition; the deadline is above
-    assert done(), what
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            while not done():
+                await asyncio.sleep(0.01)  # polling the condition; the deadline is above
+    except TimeoutError:
+        raise AssertionError(f"not within {TIMEOUT_S} s: {what}") from None
+
+
+async def _operator_reads_status(pki: Pki, address: str) -> int:
+    with pki.client() as client:
+        code, _ = await asyncio.to_thread(client.get_json, address, "/status", "a", TIMEOUT_S)
+        return code
 
 
 def test_a_client_that_never_finishes_its_handshake_is_dropped(pki: Pki) -> None:
@@ -298,11 +306,7 @@ def test_a_client_that_never_finishes_its_handshake_is_dropped(pki: Pki) -> None
         async with gated_listener(pki.files["a"], limits) as (address, site):
             assert await asyncio.to_thread(_closed_by_server, address, TIMEOUT_S)
             await _wait_until(lambda: site.pending == 0, "the handshake is no longer counted")
-            with pki.client() as client:
-                code, _ = await asyncio.to_thread(
-                    client.get_json, address, "/status", "a", TIMEOUT_S
-                )
-                assert code == 200
+            assert await _operator_reads_status(pki, address) == 200
 
     _run(main)
 
@@ -326,11 +330,30 @@ def test_connections_over_the_handshake_cap_are_closed_at_once(pki: Pki) -> None
                 for held in idle:
                     held.close()
             await _wait_until(lambda: site.pending == 0, "closed connections leave the count")
-            with pki.client() as client:
-                code, _ = await asyncio.to_thread(
-                    client.get_json, address, "/status", "a", TIMEOUT_S
-                )
-                assert code == 200
+            assert await _operator_reads_status(pki, address) == 200
+
+    _run(main)
+
+
+def test_stopping_closes_connections_still_in_their_handshake(pki: Pki) -> None:
+    limits = HandshakeLimits(handshake_timeout_s=3 * TIMEOUT_S)
+
+    async def main() -> None:
+        runner = await start_admin(cast(Sidecar, StandIn()), "127.0.0.1:0", pki.files["a"], limits)
+        (site,) = runner.sites
+        assert isinstance(site, GatedTlsSite)
+        port = runner.addresses[0][1]
+        idle = [socket.create_connection(("127.0.0.1", port), TIMEOUT_S) for _ in range(2)]
+        try:
+            await _wait_until(lambda: site.pending == 2, "both idle connections counted")
+            await runner.cleanup()
+            assert site.pending == 0
+            for held in idle:  # closed by the server, long before the handshake timeout
+                with contextlib.suppress(ConnectionResetError):
+                    assert await asyncio.to_thread(held.recv, 1) == b""
+        finally:
+            for held in idle:
+                held.close()
 
     _run(main)
 

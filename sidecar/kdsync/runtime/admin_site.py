@@ -30,7 +30,7 @@ class HandshakeLimits:
 
 
 class GatedTlsSite(web.BaseSite):
-    __slots__ = ("_bound", "_handshakes", "_host", "_limits", "_pending", "_port")
+    __slots__ = ("_bound", "_closing", "_handshakes", "_host", "_limits", "_pending", "_port")
 
     def __init__(
         self,
@@ -45,13 +45,16 @@ class GatedTlsSite(web.BaseSite):
         self._port = port
         self._limits = limits
         self._pending = 0
-        self._handshakes: set[asyncio.Task[None]] = set()
+        # Each handshake's task and its raw transport: stop() aborts a task's connection
+        # even when the task is cancelled before it ever ran.
+        self._handshakes: dict[asyncio.Task[None], asyncio.Transport] = {}
         self._bound: tuple[str, int] | None = None
+        self._closing = False
 
     @property
     def name(self) -> str:
         host, port = self._bound or (self._host, self._port)
-        return f"https://{host}:{port}"
+        return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
     @property
     def pending(self) -> int:
@@ -68,12 +71,21 @@ class GatedTlsSite(web.BaseSite):
         self._bound = (address[0], address[1])
 
     async def stop(self) -> None:
-        for task in list(self._handshakes):
+        # Nothing new is accepted first: a connection taken while we wait below would
+        # start a handshake nobody cancels.
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        tasks = list(self._handshakes)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._handshakes, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await super().stop()
 
     def _accept(self, transport: asyncio.Transport) -> None:
+        if self._closing:
+            transport.abort()
+            return
         remote = transport.get_extra_info("peername")
         if self._pending >= self._limits.max_pending:
             log.warning(
@@ -86,17 +98,29 @@ class GatedTlsSite(web.BaseSite):
             return
         self._pending += 1
         task = asyncio.get_running_loop().create_task(self._secure(transport, remote))
-        self._handshakes.add(task)
-        task.add_done_callback(self._handshakes.discard)
+        self._handshakes[task] = transport
+        task.add_done_callback(self._handshake_over)
+
+    def _handshake_over(self, task: asyncio.Task[None]) -> None:
+        """Counted down here, not in the task: a task cancelled before it ran never
+        enters its body."""
+        transport = self._handshakes.pop(task)
+        self._pending -= 1
+        if task.cancelled() or task.exception() is not None:
+            transport.abort()  # (a no-op when start_tls already closed it)
+            if not task.cancelled():
+                log.error("admin connection handshake failed", exc_info=task.exception())
 
     async def _secure(self, transport: asyncio.Transport, remote: object) -> None:
         server = self._runner.server
-        assert server is not None and self._ssl_context is not None
-        handler = server()
+        if server is None or self._ssl_context is None:  # the runner was cleaned up
+            transport.abort()
+            return
+        early = _Handoff()
         try:
             tls = await asyncio.get_running_loop().start_tls(
                 transport,
-                handler,
+                early,
                 self._ssl_context,
                 server_side=True,
                 ssl_handshake_timeout=self._limits.handshake_timeout_s,
@@ -105,15 +129,41 @@ class GatedTlsSite(web.BaseSite):
             log.info("admin connection from %s failed its TLS handshake: %s", remote, exc)
             transport.abort()
             return
-        except asyncio.CancelledError:
-            transport.abort()
-            raise
-        finally:
-            self._pending -= 1
-        if tls is None:  # the client went away as the handshake ended
+        if tls is None:  # closed without an error during the handshake
             transport.abort()
             return
+        early.hand_to(server(), tls)
+
+
+class _Handoff(asyncio.Protocol):
+    """The TLS connection's protocol until aiohttp's handler takes it: with TLS 1.3 the
+    first request can arrive with the client's last handshake message, before
+    ``start_tls`` returns; it is kept here and passed on after ``connection_made``."""
+
+    def __init__(self) -> None:
+        self._data: list[bytes] = []
+        self._eof = False
+        self._lost: tuple[Exception | None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self._data.append(data)
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        return True  # keep the transport open: the handler decides once it has it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = (exc,)
+
+    def hand_to(self, handler: asyncio.Protocol, tls: asyncio.BaseTransport) -> None:
+        tls.set_protocol(handler)
         handler.connection_made(tls)
+        for data in self._data:
+            handler.data_received(data)
+        if self._eof and not handler.eof_received():
+            tls.close()  # what asyncio does when a protocol does not keep a half-closed one
+        if self._lost is not None:
+            handler.connection_lost(self._lost[0])
 
 
 class _Gate(asyncio.Protocol):
