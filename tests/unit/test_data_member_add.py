@@ -14,6 +14,7 @@ from kdsync.backfill.seeding import (
     SeedingError,
     applied_everywhere,
     choose_donor,
+    members_to_ask,
     seed_ledger,
 )
 from kdsync.ordering import Configuration, LedgerState
@@ -207,6 +208,22 @@ def test_a_restarted_data_member_whose_log_was_trimmed_raises_the_floor() -> Non
 def test_every_data_member_must_answer_for_a_backfill_point() -> None:
     with pytest.raises(SeedingError, match=r"m3 did not answer"):
         choose_donor(_statuses(m1=(50, 40), m2=(47, 38)), ["m1", "m2", "m3"], [])
+
+
+def test_the_backfill_asks_every_data_member_and_witness_but_the_new_one() -> None:
+    config = {
+        "voters": ["m1", "m2", "w3"],
+        "witnesses": ["w3"],
+        "learners": ["m4"],
+        "index": 60,
+        "committed": True,
+    }
+    older = {**config, "voters": ["m1", "m2"], "witnesses": [], "learners": [], "index": 10}
+    seen = {
+        "m1": {"configuration": config},
+        "m2": {"configuration": older},  # the newest configuration any member reports counts
+    }
+    assert members_to_ask(seen, "m4") == (["m1", "m2"], ["w3"])
 
 
 def test_every_witness_must_answer_for_a_backfill_point() -> None:

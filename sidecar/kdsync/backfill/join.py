@@ -23,13 +23,13 @@ from kdsync.backfill.seeding import (
     SeedingError,
     applied_everywhere,
     choose_donor,
+    members_to_ask,
     read_state,
     seed_ledger,
     write_marker,
     write_seed,
 )
 from kdsync.config import MemberConfig, SidecarConfig
-from kdsync.group_configuration import newest_configuration
 from kdsync.ordering import Configuration, LedgerState
 from kdsync.runtime.members_command import POLL_SECONDS, Statuses
 
@@ -105,7 +105,7 @@ class Backfill:
         (and the witnesses), asking again while one of them misses a poll."""
         while True:
             seen = statuses()
-            data_members, witnesses = self._members(seen)
+            data_members, witnesses = members_to_ask(seen, self.member)
             try:
                 return data_members, choose_donor(seen, data_members, witnesses)
             except SeedingError as error:
@@ -162,15 +162,6 @@ class Backfill:
             f"{self.member} is seeded: {copied} records copied ({sum(result.present.values())} "
             f"were there), live ordering takes over at applied index {point}"
         )
-
-    def _members(self, statuses: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[str]]:
-        """The newest configuration's data members other than the new one, and its
-        witnesses."""
-        config = newest_configuration(statuses.values()) or {}
-        witnesses = list(config.get("witnesses", []))
-        members = [*config.get("voters", []), *config.get("learners", [])]
-        data = [m for m in members if m not in witnesses and m != self.member]
-        return data, [m for m in witnesses if m != self.member]
 
     def _startup(self) -> Configuration:
         """The group's seed, as the new member's file lists it (without itself): the

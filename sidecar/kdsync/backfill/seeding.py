@@ -30,6 +30,7 @@ from confluent_kafka import KafkaException, Producer
 
 from kdsync import naming
 from kdsync.config import MemberConfig
+from kdsync.group_configuration import newest_configuration
 from kdsync.kafka.client_config import client_config
 from kdsync.kafka.errors import KafkaUnavailable
 from kdsync.kafka.ledger_reader import (
@@ -53,6 +54,18 @@ class SeedingError(RuntimeError):
 class DonorChoice:
     donor: str  # the data member that applied least: its latest ledger is K
     floor: int  # K must not be below this (the largest allDurable or trimmedBelow)
+
+
+def members_to_ask(
+    statuses: Mapping[str, Mapping[str, Any]], new_member: str
+) -> tuple[list[str], list[str]]:
+    """The newest configuration's data members other than ``new_member``, and its
+    witnesses: the members ``choose_donor`` needs answers from."""
+    config = newest_configuration(statuses.values()) or {}
+    witnesses = list(config.get("witnesses", []))
+    members = [*config.get("voters", []), *config.get("learners", [])]
+    data = [m for m in members if m not in witnesses and m != new_member]
+    return data, [m for m in witnesses if m != new_member]
 
 
 def choose_donor(
