@@ -16,7 +16,7 @@ import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -30,8 +30,9 @@ from kdsync.config import SidecarConfig, parse_config
 from kdsync.driver import MemberDriver
 from kdsync.pki import GroupCa, make_group_pki
 from kdsync.runtime.admin_api import start_admin
-from kdsync.runtime.admin_site import GatedTlsSite, HandshakeLimits
+from kdsync.runtime.admin_site import AdminRefusal, GatedTlsSite, HandshakeLimits
 from kdsync.runtime.http_api import build_app
+from kdsync.runtime.metrics import SidecarMetrics
 from kdsync.runtime.process import ListenerError, start_listeners
 from kdsync.runtime.sidecar import Sidecar
 from kdsync.transport.identity import MemberTlsFiles, operator_uri
@@ -102,6 +103,15 @@ class StandIn:
     phase: str = "recovering"
     driver: MemberDriver | None = None
     status_reads: int = 0
+    metrics: SidecarMetrics = field(default_factory=SidecarMetrics)
+
+    def refused(self, reason: AdminRefusal) -> float:
+        """``kdsync_admin_connections_refused_total{reason}`` as /metrics would serve it."""
+        value = self.metrics.registry.get_sample_value(
+            "kdsync_admin_connections_refused_total", {"reason": reason.value}
+        )
+        assert value is not None, f"no {reason} sample"
+        return value
 
     @property
     def config(self) -> Any:
@@ -213,8 +223,10 @@ def test_the_admin_listener_is_the_opt_in_for_the_operator_not_allow_membership_
 
 
 def test_a_member_certificate_may_read_but_not_change_membership(pki: Pki) -> None:
+    sidecar = StandIn()
+
     async def main() -> None:
-        async with admin_listener(StandIn(), pki.files["a"]) as address:
+        async with admin_listener(sidecar, pki.files["a"]) as address:
             with pki.client(pki.member("b")) as client:
                 code, _ = await asyncio.to_thread(
                     client.get_json, address, "/status", "a", TIMEOUT_S
@@ -226,6 +238,8 @@ def test_a_member_certificate_may_read_but_not_change_membership(pki: Pki) -> No
         assert code == 403 and answer["outcome"] == "refused", answer
         assert operator_uri(GROUP) in answer["reason"], answer
         assert "kdsync://orders/b" in answer["reason"], answer
+        assert sidecar.refused(AdminRefusal.NOT_THE_OPERATOR) == 1
+        assert sidecar.refused(AdminRefusal.TLS_HANDSHAKE) == 0
 
     _run(main)
 
@@ -257,10 +271,10 @@ def _no_certificate_context(pki: Pki, maximum: ssl.TLSVersion) -> ssl.SSLContext
 
 @contextlib.asynccontextmanager
 async def gated_listener(
-    files: MemberTlsFiles, limits: HandshakeLimits
+    sidecar: StandIn, files: MemberTlsFiles, limits: HandshakeLimits
 ) -> AsyncIterator[tuple[str, GatedTlsSite]]:
     """The admin app with ``limits``; yields its host:port and its site."""
-    runner = await start_admin(cast(Sidecar, StandIn()), "127.0.0.1:0", files, limits)
+    runner = await start_admin(cast(Sidecar, sidecar), "127.0.0.1:0", files, limits)
     try:
         (site,) = runner.sites
         assert isinstance(site, GatedTlsSite)
@@ -301,27 +315,32 @@ def test_a_client_that_never_finishes_its_handshake_is_dropped(pki: Pki) -> None
     # asyncio's default is 60 s: a client opening connections and sending nothing held
     # each socket for a minute.
     limits = HandshakeLimits(handshake_timeout_s=0.5)
+    sidecar = StandIn()
 
     async def main() -> None:
-        async with gated_listener(pki.files["a"], limits) as (address, site):
+        async with gated_listener(sidecar, pki.files["a"], limits) as (address, site):
             assert await asyncio.to_thread(_closed_by_server, address, TIMEOUT_S)
             await _wait_until(lambda: site.pending == 0, "the handshake is no longer counted")
             assert await _operator_reads_status(pki, address) == 200
+        assert sidecar.refused(AdminRefusal.HANDSHAKE_TIMEOUT) == 1
+        assert sidecar.refused(AdminRefusal.TOO_MANY_PENDING) == 0
 
     _run(main)
 
 
 def test_connections_over_the_handshake_cap_are_closed_at_once(pki: Pki) -> None:
     limits = HandshakeLimits(max_pending=2, handshake_timeout_s=3 * TIMEOUT_S)
+    sidecar = StandIn()
 
     async def main() -> None:
-        async with gated_listener(pki.files["a"], limits) as (address, site):
+        async with gated_listener(sidecar, pki.files["a"], limits) as (address, site):
             host, port = address.rsplit(":", 1)
             idle = [socket.create_connection((host, int(port)), TIMEOUT_S) for _ in range(2)]
             try:
                 await _wait_until(lambda: site.pending == 2, "both idle connections counted")
                 # A third is closed long before the handshake timeout.
                 assert await asyncio.to_thread(_closed_by_server, address, TIMEOUT_S)
+                assert sidecar.refused(AdminRefusal.TOO_MANY_PENDING) == 1
                 for held in idle:
                     held.setblocking(False)
                     with pytest.raises(BlockingIOError):
@@ -331,6 +350,9 @@ def test_connections_over_the_handshake_cap_are_closed_at_once(pki: Pki) -> None
                     held.close()
             await _wait_until(lambda: site.pending == 0, "closed connections leave the count")
             assert await _operator_reads_status(pki, address) == 200
+        # The two held connections hung up in their handshake.
+        assert sidecar.refused(AdminRefusal.CLOSED_IN_HANDSHAKE) == 2
+        assert sidecar.refused(AdminRefusal.HANDSHAKE_TIMEOUT) == 0
 
     _run(main)
 
@@ -375,6 +397,10 @@ def test_a_client_without_a_certificate_fails_the_handshake(pki: Pki) -> None:
                 _raw_get, address, _no_certificate_context(pki, ssl.TLSVersion.TLSv1_3)
             )
             assert isinstance(outcome, OSError), (stage, outcome)
+            await _wait_until(
+                lambda: sidecar.refused(AdminRefusal.TLS_HANDSHAKE) == 2,
+                "both handshakes counted as refused",
+            )
         assert sidecar.status_reads == 0
 
     _run(main)

@@ -7,7 +7,8 @@ none). Any such certificate may read; only the operator's (SAN URI
 and only with ``allowMembershipChanges: true``, as on the plain port. The listener serves
 with the member's own certificate, so the operator can check it reached the member it
 meant (``kdsync.admin_client``). Connections still in their TLS handshake are bounded in
-number and time (``admin_site``).
+number and time (``admin_site``). Every connection or change refused is counted in
+``kdsync_admin_connections_refused_total{reason}``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import ssl
 
 from aiohttp import web
 
-from kdsync.runtime.admin_site import GatedTlsSite, HandshakeLimits
+from kdsync.runtime.admin_site import AdminRefusal, GatedTlsSite, HandshakeLimits
 from kdsync.runtime.http_api import add_shared_routes
 from kdsync.runtime.sidecar import Sidecar
 from kdsync.transport.address import parse_address
@@ -65,7 +66,10 @@ def build_admin_app(sidecar: Sidecar) -> web.Application:
     def operator_only(request: web.Request) -> str | None:
         transport = request.transport
         peercert = None if transport is None else transport.get_extra_info("peercert")
-        return operator_refusal(peercert, group)
+        refusal = operator_refusal(peercert, group)
+        if refusal is not None:
+            sidecar.metrics.count_admin_refusal(AdminRefusal.NOT_THE_OPERATOR)
+        return refusal
 
     app = web.Application()
     add_shared_routes(app, sidecar, operator_only, by_flag=False)
@@ -86,7 +90,15 @@ async def start_admin(
     runner = web.AppRunner(build_admin_app(sidecar), access_log=None)
     await runner.setup()
     try:
-        await GatedTlsSite(runner, host, port, context, limits or HandshakeLimits()).start()
+        site = GatedTlsSite(
+            runner,
+            host,
+            port,
+            context,
+            limits or HandshakeLimits(),
+            sidecar.metrics.count_admin_refusal,
+        )
+        await site.start()
     except BaseException:
         await runner.cleanup()
         raise

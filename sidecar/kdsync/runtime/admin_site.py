@@ -7,14 +7,18 @@ aiohttp's ``TCPSite`` passes neither to asyncio, which then waits 60 s for a han
 and takes any number: clients that open connections and send nothing would each hold a
 socket and its buffers for a minute. Here the listening socket carries a gate protocol
 that pauses reading, counts the connection, and upgrades it with ``loop.start_tls``;
-only a verified connection reaches aiohttp's request handler.
+only a verified connection reaches aiohttp's request handler. Each connection ended here
+is counted by reason (``AdminRefusal``) in the counter the site is given, the one
+``kdsync_admin_connections_refused_total`` serves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -29,8 +33,36 @@ class HandshakeLimits:
     handshake_timeout_s: float = 10.0
 
 
+class AdminRefusal(enum.StrEnum):
+    """Why the admin listener ended a connection before, or instead of, serving it."""
+
+    TOO_MANY_PENDING = "too_many_pending"  # over max_pending handshakes at once
+    HANDSHAKE_TIMEOUT = "handshake_timeout"  # not done within handshake_timeout_s
+    TLS_HANDSHAKE = "tls_handshake"  # no certificate, another CA's, not TLS at all
+    CLOSED_IN_HANDSHAKE = "closed_in_handshake"  # the client hung up first
+    NOT_THE_OPERATOR = "not_the_operator"  # a verified client, not the operator, asked to change
+
+
+def _handshake_refusal(exc: OSError) -> AdminRefusal:
+    if isinstance(exc, ssl.SSLError):
+        return AdminRefusal.TLS_HANDSHAKE
+    # asyncio ends a handshake past its timeout with ConnectionAbortedError.
+    if isinstance(exc, ConnectionAbortedError):
+        return AdminRefusal.HANDSHAKE_TIMEOUT
+    return AdminRefusal.CLOSED_IN_HANDSHAKE
+
+
 class GatedTlsSite(web.BaseSite):
-    __slots__ = ("_bound", "_closing", "_handshakes", "_host", "_limits", "_pending", "_port")
+    __slots__ = (
+        "_bound",
+        "_closing",
+        "_count_refusal",
+        "_handshakes",
+        "_host",
+        "_limits",
+        "_pending",
+        "_port",
+    )
 
     def __init__(
         self,
@@ -39,11 +71,13 @@ class GatedTlsSite(web.BaseSite):
         port: int,
         context: ssl.SSLContext,
         limits: HandshakeLimits,
+        count_refusal: Callable[[AdminRefusal], None] = lambda _: None,
     ) -> None:
         super().__init__(runner, ssl_context=context)
         self._host = host
         self._port = port
         self._limits = limits
+        self._count_refusal = count_refusal
         self._pending = 0
         # Each handshake's task and its raw transport: stop() aborts a task's connection
         # even when the task is cancelled before it ever ran.
@@ -94,6 +128,7 @@ class GatedTlsSite(web.BaseSite):
                 remote,
                 self._pending,
             )
+            self._count_refusal(AdminRefusal.TOO_MANY_PENDING)
             transport.abort()
             return
         self._pending += 1
@@ -127,9 +162,11 @@ class GatedTlsSite(web.BaseSite):
             )
         except OSError as exc:  # ssl.SSLError, a timeout (ConnectionAbortedError), a reset
             log.info("admin connection from %s failed its TLS handshake: %s", remote, exc)
+            self._count_refusal(_handshake_refusal(exc))
             transport.abort()
             return
         if tls is None:  # closed without an error during the handshake
+            self._count_refusal(AdminRefusal.CLOSED_IN_HANDSHAKE)
             transport.abort()
             return
         early.hand_to(server(), tls)

@@ -7,6 +7,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kdsync.runtime.admin_site import AdminRefusal
 from kdsync.runtime.bulk_histogram import BulkHistogram
 
 _LATENCY_BUCKETS = (
@@ -142,6 +143,16 @@ class SidecarMetrics:
             "member, a different group configuration, or a handshake that took too long",
             registry=r,
         )
+        self.admin_refused = Counter(
+            "kdsync_admin_connections_refused",
+            "Admin listener connections closed in their TLS handshake, and membership "
+            "changes refused to a client that is not the operator, by reason (see "
+            "docs/sidecar.md, 'Admin listener')",
+            ["reason"],
+            registry=r,
+        )
+        for reason in AdminRefusal:
+            self.admin_refused.labels(reason.value)
         self.elections = Counter(
             "kdsync_elections",
             "Election steps of this member: pre-vote (asked), campaign (pre-vote won), "
@@ -229,6 +240,9 @@ class SidecarMetrics:
             "T-global config checks that failed (brokers unreachable, a request refused)",
             registry=r,
         )
+
+    def count_admin_refusal(self, reason: AdminRefusal) -> None:
+        self.admin_refused.labels(reason.value).inc()
 
 
 class TopicConfigMetrics:
