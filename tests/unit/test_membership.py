@@ -11,7 +11,7 @@ import pytest
 
 from kdsync.ordering import Configuration, GroupSpec, LedgerState, Role, change_problem
 from kdsync.ordering.log import Entry, ReplicatedLog
-from kdsync.ordering.messages import Append, RecoverReply, RecoverRequest
+from kdsync.ordering.messages import Append, RecoverReply, RecoverRequest, TimeoutNow
 from kdsync.ordering.witness import RecoveredWitness, WitnessRecovery, recover_reply
 from kdsync.wire_format.envelope import WireFormatError
 from kdsync.wire_format.messages import decode_message, encode_message
@@ -22,7 +22,7 @@ from kdsync.wire_format.records import (
     encode_ledger_state,
 )
 from tests.simulation.mutants import MUTANTS
-from tests.unit.ordering_pump import ELECTION_DEADLINE, THREE, Pump
+from tests.unit.ordering_pump import ELECTION_DEADLINE, THREE, Disk, Pump
 
 FIVE = GroupSpec(("a", "b", "c", "d", "e"))
 ABC = Configuration(("a", "b", "c"))
@@ -164,6 +164,45 @@ def test_a_leader_asked_to_remove_itself_hands_over_first() -> None:
     pump.crash(leader)
     pump.produce(new, 2)
     pump.run_until(lambda: len(pump.delivered(new)) == 2, 200, "delivery without it")
+
+
+def test_a_learner_is_not_promoted_while_a_handover_is_under_way() -> None:
+    """A leader that has sent TimeoutNow appends no promotion until the handover is over:
+    the configuration entry would put its log, and the log of whoever it reaches, ahead
+    of the target's, whose campaign would then lose (a6f21f7). The new leader promotes
+    the learner instead."""
+    pump = Pump(GroupSpec(("a", "b", "c", "d")))
+    pump.crash("d")  # d joins later, as a learner, with nothing stored
+    leader = _elect(pump)
+    _propose(pump, pump.node(leader).config.without("d"))
+    _propose(pump, pump.node(leader).config.with_learner("d"))
+    others = [m for m in ("a", "b", "c") if m != leader]
+    # d's answers wait, so the leader cannot see it caught up before the handover starts;
+    # the leader's messages to the voters wait too, its TimeoutNow among them.
+    pump.hold.update({("d", leader), *((leader, m) for m in others)})
+    pump.disks["d"] = Disk()
+    pump.start("d")
+    term = pump.node(leader).term
+    answer = pump.node(leader).propose_configuration(pump.node(leader).config.without(leader))
+    assert answer is not None and "hands leadership over" in answer
+    pump.pump()
+    handed_to = [r for s, r, m in pump.held if s == leader and isinstance(m, TimeoutNow)]
+    assert len(handed_to) == 1, pump.held
+    target = handed_to[0]
+    # d catches up in the leader's eyes while the handover is out.
+    pump.release("d", leader)
+    for _ in range(3 * pump.timing.heartbeat_ticks):
+        pump.tick(leader, "d")
+    assert pump.node(leader).config.learners == ("d",), "promoted during the handover"
+    # The other voter hears the leader first: a promotion entry would reach it before
+    # the target campaigns, and it would refuse its vote.
+    for member in sorted(others, key=lambda m: m == target):
+        pump.release(leader, member)
+    pump.run_until(lambda: pump.leader() == target, ELECTION_DEADLINE, "the handover")
+    assert pump.node(target).term == term + 1
+    pump.run_until(
+        lambda: "d" in pump.node(target).config.voters, 10 * ELECTION_DEADLINE, "d promoted"
+    )
 
 
 def test_a_restarted_member_takes_its_configuration_from_the_ledger() -> None:
