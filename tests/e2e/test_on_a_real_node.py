@@ -166,6 +166,31 @@ def _produce(cluster: Cluster, traffic: dict[str, int], events: int, rate: float
     return pods
 
 
+def _watch_delivery(cluster: Cluster, events: int) -> str:
+    """A tool pod reading member one's T-global from its end until ``events`` more have
+    arrived (``kafka_tool.py watch``); returns once it is positioned, so that traffic
+    started after this is all seen."""
+    pod = cluster.tool_pod(
+        "watch", "--bootstrap", DATA_MEMBERS["one"], "--topic", "events-global",
+        "--expect", str(events), "--timeout", "1500",
+    )  # fmt: skip
+
+    def positioned() -> bool:
+        logs = cluster.kubectl("logs", "-n", NAMESPACE, pod, check=False).stdout
+        return '{"watching"' in logs
+
+    wait_for("the delivery watch to be positioned", positioned, timeout=300, interval=0.5)
+    return pod
+
+
+def _longest_pause(cluster: Cluster, watch: str) -> float:
+    """The longest time member one delivered nothing while the watched traffic ran; the
+    watch fails the test if it did not see every event."""
+    result = cluster.tool_result(watch, timeout=600)
+    print(f"delivery at member one during the edit: {json.dumps(result)}")
+    return float(result["longest_gap_s"])
+
+
 def _check(
     cluster: Cluster, traffic: dict[str, int], also: dict[str, str] | None = None
 ) -> dict[str, Any]:
@@ -388,6 +413,7 @@ def test_editing_members_removes_the_witness_then_adds_another_at_runtime_under_
     (mutual TLS, its own certificate from the group CA), deletes the removed witness's
     StatefulSet only once the group no longer counts it, and creates the new one before
     asking. Traffic runs throughout and lands exactly once, in one order, everywhere."""
+    watch = _watch_delivery(cluster, 4000 * len(DATA_MEMBERS))
     producers = _produce(cluster, traffic, 4000, rate=50)
     joining_seen: list[str] = []
     began = time.monotonic()
@@ -441,6 +467,9 @@ def test_editing_members_removes_the_witness_then_adds_another_at_runtime_under_
     assert _time(pods["arbiter"]["metadata"]["creationTimestamp"]) <= appended
     for pod in producers:
         cluster.tool_result(pod, timeout=600)
+    figures["members edits (witness out, witness in): longest delivery pause at one"] = (
+        _longest_pause(cluster, watch)
+    )
     _check(cluster, traffic)
 
 
@@ -473,7 +502,9 @@ def test_editing_members_adds_a_data_member_with_a_spark_backfill_then_removes_i
     failed and waits; the SparkApplication deleted, the operator runs it again and it
     completes. Then the member is removed by an edit (drained first), its backfill gone."""
     bootstrap = _third_kafka_cluster(cluster)
-    producers = _produce(cluster, traffic, 3000, rate=50)
+    # Traffic for about three minutes, so that it runs through the whole join.
+    watch = _watch_delivery(cluster, 9000 * len(DATA_MEMBERS))
+    producers = _produce(cluster, traffic, 9000, rate=50)
     backfilling_seen: list[str] = []
     began = time.monotonic()
     three = {"name": "three", "kafka": {"bootstrapServers": bootstrap}}
@@ -529,6 +560,9 @@ def test_editing_members_adds_a_data_member_with_a_spark_backfill_then_removes_i
     assert any(": 200 appended" in m for m in added), added
     for pod in producers:
         cluster.tool_result(pod, timeout=600)
+    figures["members edit: data member added (backfill): longest delivery pause at one"] = (
+        _longest_pause(cluster, watch)
+    )
     _check(cluster, traffic, also={"three": bootstrap})
     began = time.monotonic()
     members = [m["name"] for m in (cluster.get("kdg", GROUP) or {})["spec"]["members"]]

@@ -10,15 +10,23 @@ confluent-kafka and kdsync.verification) and read its one line of JSON output:
         --topic events --expect 4000 --timeout 300
     python kafka_tool.py inject-redelivery --bootstrap kafka-one:9092 --topic events-global
     python kafka_tool.py count --bootstrap kafka-one:9092 --topic events-global
+    python kafka_tool.py watch --bootstrap kafka-one:9092 --topic events-global \
+        --expect 8000 --timeout 600
 
 ``check`` waits until every member's ``T-global`` holds ``--expect`` events, then runs the
 independent checker (kdsync.verification.replica_check): agreement, gap-free sequence,
 exactly once, origin order and fidelity against the origin topics.
+
+``watch`` reads a ``T-global`` from its end as a read_committed consumer until
+``--expect`` more events have arrived, and reports the longest time between two arrivals:
+how long that member delivered nothing while traffic ran (a membership change's pause).
+It prints ``{"watching": ...}`` once positioned, so a test starts the traffic after it.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sys
@@ -200,6 +208,45 @@ def inject_redelivery(args: argparse.Namespace) -> None:
     emit({"injected": next_seq, "copy_of": seq(victim)})
 
 
+def watch(args: argparse.Namespace) -> None:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": "kdsync-e2e-watch",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    metadata = consumer.list_topics(args.topic, timeout=30).topics[args.topic]
+    ends = []
+    for p in metadata.partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(args.topic, p), timeout=30)
+        ends.append(TopicPartition(args.topic, p, high))
+    consumer.assign(ends)
+    emit({"watching": args.topic, "from": {tp.partition: tp.offset for tp in ends}})
+    started = time.monotonic()
+    deadline = started + args.timeout
+    arrivals: list[float] = []
+    while len(arrivals) < args.expect and time.monotonic() < deadline:
+        batch = consumer.consume(num_messages=10_000, timeout=0.1)
+        now = time.monotonic() - started
+        arrivals += [now for m in batch if m.error() is None]
+    consumer.close()
+    gaps = [(b - a, a) for a, b in itertools.pairwise(arrivals)]
+    longest, at = max(gaps, default=(0.0, 0.0))
+    emit(
+        {
+            "events": len(arrivals),
+            "longest_gap_s": round(longest, 2),
+            "gap_began_s": round(at, 1),  # since the watch was positioned
+            "first_s": round(arrivals[0], 1) if arrivals else None,
+            "last_s": round(arrivals[-1], 1) if arrivals else None,
+        }
+    )
+    if len(arrivals) < args.expect:
+        sys.exit(1)  # delivery stopped: the test fails with this line
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -231,6 +278,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--topic", required=True)
     p.set_defaults(run=inject_redelivery)
+    p = commands.add_parser("watch")
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.set_defaults(run=watch)
     args = parser.parse_args(argv)
     args.run(args)
 
