@@ -5,9 +5,9 @@ still says where its log topic starts, ``trimmedBelow``). A witness that heard a
 value before the data members restarted passes it on in its Appends once it leads, and
 the data members then trim their logs up to it. A point chosen from the data members
 alone fell below that: the entries the new member needed next were gone from every log,
-and it never caught up (simulator seed 2017394). ``kdsync.backfill.seeding.choose_donor``
-takes the floor over witnesses too; the simulator's operator does the same, and this
-scenario pins it.
+and it never caught up (simulator seed 2017394). ``kdsync.backfill_point.choose_donor``
+takes the floor over witnesses too; the simulator's operator calls it, as the product's
+backfill does, and this scenario pins it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``kdsync members add NAME --member-config``: the command's steps for a data member
 (learner, backfill, start, voter) against a scripted group, and the pure choices of the
-backfill point (``kdsync.backfill.seeding``)."""
+backfill point (``kdsync.backfill_point``)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from kdsync.backfill.seeding import (
+from kdsync.backfill.seeding import seed_ledger
+from kdsync.backfill_point import (
     DonorChoice,
-    SeedingError,
+    PointNotReady,
     applied_everywhere,
+    below_floor,
     choose_donor,
     members_to_ask,
-    seed_ledger,
 )
 from kdsync.ordering import Configuration, LedgerState
 from kdsync.runtime import members_command
@@ -180,7 +181,11 @@ def _statuses(**applied_durable: tuple[int, int]) -> dict[str, dict[str, int]]:
 
 def test_the_donor_is_the_member_that_applied_least_and_the_floor_the_largest_durable() -> None:
     seen = _statuses(m1=(50, 40), m2=(47, 38), m3=(49, 41))
-    assert choose_donor(seen, ["m1", "m2", "m3"], []) == DonorChoice("m2", 41)
+    choice = choose_donor(seen, ["m1", "m2", "m3"], [])
+    assert choice == DonorChoice("m2", 41)
+    # m2's latest ledger is K: not below the floor, nor above what anyone applied.
+    assert "m2 has not applied index 41" in (below_floor(choice, 40) or "")
+    assert below_floor(choice, 41) is None
     assert applied_everywhere(seen, ["m1", "m2", "m3"], 48) == ["m2"]
     assert applied_everywhere(seen, ["m1", "m2", "m3"], 47) == []
 
@@ -206,7 +211,7 @@ def test_a_restarted_data_member_whose_log_was_trimmed_raises_the_floor() -> Non
 
 
 def test_every_data_member_must_answer_for_a_backfill_point() -> None:
-    with pytest.raises(SeedingError, match=r"m3 did not answer"):
+    with pytest.raises(PointNotReady, match=r"m3 did not answer"):
         choose_donor(_statuses(m1=(50, 40), m2=(47, 38)), ["m1", "m2", "m3"], [])
 
 
@@ -228,7 +233,7 @@ def test_the_backfill_asks_every_data_member_and_witness_but_the_new_one() -> No
 
 def test_every_witness_must_answer_for_a_backfill_point() -> None:
     seen = _statuses(m1=(50, 40), m2=(47, 38))
-    with pytest.raises(SeedingError, match=r"w3 did not answer: .*\(witnesses too\)"):
+    with pytest.raises(PointNotReady, match=r"w3 did not answer: .*\(witnesses too\)"):
         choose_donor(seen, ["m1", "m2"], ["w3"])
 
 

@@ -53,6 +53,20 @@ def test_one_change_at_a_time_names_what_is_wrong(
         assert found is not None and problem in found
 
 
+def test_one_data_member_joins_at_a_time() -> None:
+    """A second learner would deadlock both joins: each backfill needs every data member
+    of the configuration to answer (``kdsync.backfill_point``), and a learner waiting for
+    its own backfill runs no sidecar to answer (found by the simulator once its operator
+    ran the product's choice of point: seed 1000125). A witness may still be added, and a
+    second data member once the first votes or is removed."""
+    joining = Configuration(ABC.voters, learners=("d",))
+    problem = change_problem(joining, joining.with_learner("e"))
+    assert problem is not None and "d is still joining as a learner: add e once it" in problem
+    assert change_problem(joining, joining.with_witness("w")) is None
+    assert change_problem(joining.promoted("d"), joining.promoted("d").with_learner("e")) is None
+    assert change_problem(joining.without("d"), joining.without("d").with_learner("e")) is None
+
+
 def test_a_witness_stays_a_witness_and_a_voter_is_not_made_a_learner() -> None:
     with_witness = Configuration(("a", "b", "c", "w"), frozenset({"w"}))
     recast = Configuration(("a", "b", "c", "w"))

@@ -18,16 +18,14 @@ from pyspark.sql import SparkSession
 
 from kdsync import naming
 from kdsync.backfill.copy_job import KafkaEndpoint, copy_global_topics
-from kdsync.backfill.seeding import (
+from kdsync.backfill.seeding import SeedingError, read_state, seed_ledger, write_marker, write_seed
+from kdsync.backfill_point import (
     DonorChoice,
-    SeedingError,
+    PointNotReady,
     applied_everywhere,
+    below_floor,
     choose_donor,
     members_to_ask,
-    read_state,
-    seed_ledger,
-    write_marker,
-    write_seed,
 )
 from kdsync.config import MemberConfig, SidecarConfig
 from kdsync.ordering import Configuration, LedgerState
@@ -84,14 +82,12 @@ class Backfill:
             data_members, choice = self._choose(statuses, deadline)
             donor = self._kafka_member(choice.donor)
             ledger = read_state(donor, self._config.group, self._timeout).ledger
-            if ledger is None or ledger.applied_index < choice.floor:
-                self._wait(
-                    deadline,
-                    f"{choice.donor} has not applied index {choice.floor} (what the group's "
-                    "logs may trim) yet: it is behind or halted, and holds the new member back",
-                )
+            point = -1 if ledger is None else ledger.applied_index  # none yet: below any floor
+            problem = below_floor(choice, point)
+            if problem is not None:
+                self._wait(deadline, problem)
                 continue
-            point = ledger.applied_index
+            assert ledger is not None
             while behind := applied_everywhere(statuses(), data_members, point):
                 self._wait(
                     deadline,
@@ -108,7 +104,7 @@ class Backfill:
             data_members, witnesses = members_to_ask(seen, self.member)
             try:
                 return data_members, choose_donor(seen, data_members, witnesses)
-            except SeedingError as error:
+            except PointNotReady as error:
                 self._wait(deadline, str(error))
 
     def _check_seeded(self, ledger: LedgerState, statuses: Statuses, deadline: float) -> None:

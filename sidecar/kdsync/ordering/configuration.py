@@ -150,9 +150,10 @@ class Configuration:
 def change_problem(current: Configuration, proposed: Configuration) -> str | None:
     """Why ``proposed`` may not follow ``current`` in one step; None when it may.
 
-    One step changes one member: add a learner or a witness, make a learner a voter, or
-    remove one member. Any two majorities of configurations one voter apart overlap,
-    which is what makes a change safe without a joint configuration."""
+    One step changes one member: add a learner (only while no other is joining) or a
+    witness, make a learner a voter, or remove one member. Any two majorities of
+    configurations one voter apart overlap, which is what makes a change safe without a
+    joint configuration."""
     problems = proposed.problems()
     if problems:
         return "; ".join(problems)
@@ -171,6 +172,14 @@ def change_problem(current: Configuration, proposed: Configuration) -> str | Non
     if member in after - before:
         if proposed.is_voter(member) and not proposed.is_witness(member):
             return f"a new data member ({member}) joins as a learner first"
+        if current.learners and not proposed.is_voter(member):
+            # Each backfill needs every data member of the configuration to answer, and a
+            # learner waiting for its own backfill cannot: two would wait for each other.
+            joining = ", ".join(current.learners)
+            return (
+                f"{joining} is still joining as a learner: add {member} once it votes, or "
+                "remove it first (one data member joins at a time)"
+            )
         return None
     if member in before & after:
         if current.is_witness(member) != proposed.is_witness(member):

@@ -48,7 +48,7 @@ class RecoveredState:
     ledger: LedgerState = field(default_factory=LedgerState)
     entries: tuple[Entry, ...] = ()  # persisted log entries after ledger.applied_index
     # The log topic was trimmed: it holds no entry below this index (0: never trimmed).
-    # A new member's backfill point must not be below it (``kdsync.backfill.seeding``).
+    # A new member's backfill point must not be below it (``kdsync.backfill_point``).
     trimmed_below: int = 0
 
 

@@ -2,10 +2,10 @@
 time against whoever leads, as the operator or ``kdsync members`` would.
 
 - Adding a data member: the learner is proposed; once that is committed, the new member
-  is seeded from a peer's durable state (what the backfill job copies: a ledger from
-  the peer's ledger history and its global topics up to it, at a point every member has
-  applied and every log still holds the entries after) and started; the leader makes it
-  a voter once it has caught up.
+  is seeded from a peer's durable state at the point the product's backfill chooses
+  (``kdsync.backfill_point``: the latest ledger of the data member that applied least,
+  and its global topics up to it) and started; the leader makes it a voter once it has
+  caught up.
 - Adding a witness: it is started (it recovers from everyone) and proposed as a voter.
 - Removing a member: proposed until committed (a leader asked to remove itself hands
   over first, and the change is asked of the next leader); the removed member is
@@ -17,6 +17,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from kdsync.backfill_point import (
+    PointNotReady,
+    applied_everywhere,
+    below_floor,
+    choose_donor,
+    members_to_ask,
+)
+from kdsync.driver.report import node_section
 from kdsync.ordering import Configuration, GroupSpec, Role
 from kdsync.simulation.member import SimKafka, SimMember
 from kdsync.simulation.scenario import MembershipStep
@@ -84,16 +92,28 @@ class MembershipOperator:
                 self.removed.add(name)
                 self._stop_at[name] = now + REMOVED_RUNS_TICKS
             self._finish(step, now)
-        if step.kind == "add-witness" and name not in self._members:
-            others = tuple(m for m in config.voters if m != name)
-            group = GroupSpec((*others, name), config.witnesses | {name})
-            self._start_member(name, group, None)
+        if step.kind == "add-witness":
+            self._start_witness(name, config)
         if node.change_pending and len(self._steps) > 1:
             # A hasty operator asks for the next change before this one committed: the
-            # leader must refuse it (one change at a time), and does not act on it.
-            early = _proposal(self._steps[1], config)
-            if early is not None and self._steps[1].kind != "remove":
+            # leader must refuse it (one change at a time), and does not act on it. The
+            # proposal is taken at the leader's next step, which may come after the
+            # commit: then it is a change like any other, so a witness is started
+            # first, as the product starts one before proposing it (a backfill needs its
+            # answer once it is in the configuration).
+            following = self._steps[1]
+            early = _proposal(following, config)
+            if early is not None and following.kind != "remove":
+                if following.kind == "add-witness":
+                    self._start_witness(following.member, config)
                 leader.propose(early)
+
+    def _start_witness(self, name: str, config: Configuration) -> None:
+        """Start the new witness (once), with its startup file's group: the voters and it."""
+        if name in self._members:
+            return
+        others = tuple(m for m in config.voters if m != name)
+        self._start_member(name, GroupSpec((*others, name), config.witnesses | {name}), None)
 
     def _finish(self, step: MembershipStep, now: int) -> None:
         self._steps.popleft()
@@ -109,39 +129,30 @@ class MembershipOperator:
         return max(leaders, key=lambda t: (t[0], t[1]))[2] if leaders else None
 
     def _donor(self, name: str) -> SimKafka | None:
-        """A backfill for the new member: a data member's ledger, and its global topics
-        up to it, at an applied index K that every other member can continue from and
-        none needs anything at or below from the new member, should it lead.
+        """The new member's backfill, as the product's backfill chooses it
+        (``kdsync.backfill_point``, on the ``/status`` documents the sidecars would serve):
+        the latest ledger of the data member that applied least, and its global topics up
+        to it, once that point is at or past what any log may trim and every data member
+        has applied it.
 
-        - At or below what every data member has applied (their logs match the group's
-          up to there; the new member knows the term of K, where its log starts, for a
-          peer whose log ends there).
-        - At or past what any log trimmed, or may still trim with what any member knows
-          of ``all_durable`` (which stays put while the new learner has stored nothing):
-          entry K (whose term starts the first Append to the new member) and those after
-          it must still be there to send. A witness counts: it may remember more than
-          data members that restarted since, and passes that on once it leads.
-
-        None while no ledger fits: a member far behind holds the new one back."""
-        floor, ceiling = 0, None
-        donors: list[tuple[SimKafka, Configuration]] = []
-        for member in self._members.values():
-            if member.name in self.removed or member.name == name:
-                continue
-            if member.node is not None:
-                floor = max(floor, member.node.all_durable)
-            if member.is_witness:
-                continue
-            kafka = member.kafka
-            floor = max(floor, kafka.trimmed_below)
-            applied = kafka.ledger.applied_index
-            ceiling = applied if ceiling is None else min(ceiling, applied)
-            donors.append((kafka, Configuration(member.group.members, member.group.witnesses)))
-        if ceiling is None or ceiling < floor:
+        None while no point fits yet (a member down or behind holds the new one back, as
+        it does the product's backfill, which asks again until its timeout)."""
+        statuses = {
+            m.name: node_section(m.driver)
+            for m in self._members.values()
+            if m.driver is not None and m.name != name and m.name not in self.removed
+        }
+        data_members, witnesses = members_to_ask(statuses, name)
+        try:
+            choice = choose_donor(statuses, data_members, witnesses)
+        except PointNotReady:
             return None
-        copies = [kafka.backfill_copy(ceiling, seed) for kafka, seed in donors]
-        fit = [c for c in copies if c is not None and c.ledger.applied_index >= floor]
-        return max(fit, key=lambda c: c.ledger.applied_index) if fit else None
+        donor = self._members[choice.donor]
+        point = donor.kafka.ledger.applied_index
+        if below_floor(choice, point) or applied_everywhere(statuses, data_members, point):
+            return None
+        seed = Configuration(donor.group.members, donor.group.witnesses)
+        return donor.kafka.backfill_copy(point, seed)
 
 
 def _proposal(step: MembershipStep, config: Configuration) -> Configuration | None:
