@@ -727,3 +727,7 @@ def test_the_endpoint_adds_a_data_member_as_a_learner() -> None:
     assert code == 200 and answer["outcome"] == "already-a-member", answer
     code, answer = _post(on_leader, _body({**body, "witness": True}), JSON)
     assert code == 422 and "a data member of the group already" in answer["reason"], answer
+    # A second data member waits until d votes: each backfill needs d's answer.
+    second = {"add": "e", "witness": False, "peer": "e.example:7400"}
+    code, answer = _post(on_leader, _body(second), JSON)
+    assert code == 422 and "d is still joining as a learner: add e once" in answer["reason"]
