@@ -208,6 +208,12 @@ def inject_redelivery(args: argparse.Namespace) -> None:
     emit({"injected": next_seq, "copy_of": seq(victim)})
 
 
+def _partitions(consumer: Consumer, topic: str) -> list[int]:
+    """The topic's partitions; none while it does not exist."""
+    found = consumer.list_topics(topic, timeout=30).topics.get(topic)
+    return [] if found is None or found.error is not None else sorted(found.partitions)
+
+
 def watch(args: argparse.Namespace) -> None:
     consumer = Consumer(
         {
@@ -217,15 +223,20 @@ def watch(args: argparse.Namespace) -> None:
             "isolation.level": "read_committed",
         }
     )
-    metadata = consumer.list_topics(args.topic, timeout=30).topics[args.topic]
-    ends = []
-    for p in metadata.partitions:
+    partitions = _partitions(consumer, args.topic)
+    ends = {}
+    for p in partitions:
         _, high = consumer.get_watermark_offsets(TopicPartition(args.topic, p), timeout=30)
-        ends.append(TopicPartition(args.topic, p, high))
-    consumer.assign(ends)
-    emit({"watching": args.topic, "from": {tp.partition: tp.offset for tp in ends}})
+        ends[p] = high
+    emit({"watching": args.topic, "from": ends})
+    deadline = time.monotonic() + args.timeout
+    # A sidecar creates its T-global at its first delivery: in a group that has delivered
+    # nothing yet, everything the topic will hold is new.
+    while not partitions and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling for the topic, within the deadline
+        partitions = _partitions(consumer, args.topic)
+    consumer.assign([TopicPartition(args.topic, p, ends.get(p, 0)) for p in partitions])
     started = time.monotonic()
-    deadline = started + args.timeout
     arrivals: list[float] = []
     while len(arrivals) < args.expect and time.monotonic() < deadline:
         batch = consumer.consume(num_messages=10_000, timeout=0.1)
@@ -238,7 +249,7 @@ def watch(args: argparse.Namespace) -> None:
         {
             "events": len(arrivals),
             "longest_gap_s": round(longest, 2),
-            "gap_began_s": round(at, 1),  # since the watch was positioned
+            "gap_began_s": round(at, 1),  # since the watch began to read
             "first_s": round(arrivals[0], 1) if arrivals else None,
             "last_s": round(arrivals[-1], 1) if arrivals else None,
         }
