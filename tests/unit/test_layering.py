@@ -170,6 +170,12 @@ PLANTS = {
         "from kdsync import ordering",
         "kdsync.newcomer",
     ),
+    "the backfill point reads a ledger from Kafka": Plant(
+        "pure-backfill-point",
+        "sidecar/kdsync/backfill_point.py",
+        "from kdsync.kafka import ledger_reader",
+        "kdsync.backfill_point -> kdsync.kafka.ledger_reader",
+    ),
     "the driver uses asyncio": Plant(
         "pure-driver",
         "sidecar/kdsync/driver/member_driver.py",
