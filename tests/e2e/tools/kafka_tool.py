@@ -147,15 +147,20 @@ def check(args: argparse.Namespace) -> None:
     )
 
 
-def _committed_records(bootstrap: str, name: str) -> list[Any]:
-    consumer = Consumer(
+def _committed_consumer(bootstrap: str, group_id: str) -> Consumer:
+    """A read_committed consumer that commits nothing (partitions are assigned)."""
+    return Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "kdsync-e2e-tool",
+            "group.id": group_id,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
         }
     )
+
+
+def _committed_records(bootstrap: str, name: str) -> list[Any]:
+    consumer = _committed_consumer(bootstrap, "kdsync-e2e-tool")
     metadata = consumer.list_topics(name, timeout=30).topics[name]
     consumer.assign([TopicPartition(name, p, 0) for p in metadata.partitions])
     records: list[Any] = []
@@ -215,14 +220,7 @@ def _partitions(consumer: Consumer, topic: str) -> list[int]:
 
 
 def watch(args: argparse.Namespace) -> None:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "group.id": "kdsync-e2e-watch",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+    consumer = _committed_consumer(args.bootstrap, "kdsync-e2e-watch")
     partitions = _partitions(consumer, args.topic)
     ends = {}
     for p in partitions:
