@@ -84,6 +84,7 @@ class Pump:
         self.halted: set[str] = set()  # members that write nothing they are handed
         self.unwritten: dict[str, list[tuple[Delivery, LedgerState]]] = {}
         self.leaders_by_term: dict[int, str] = {}
+        self.startup_groups: dict[str, GroupSpec] = {}  # members started with another file
         self._incarnations = itertools.count(1)
         self._next_offset: dict[tuple[str, str, int], int] = {}
         for member in group.members:
@@ -99,11 +100,19 @@ class Pump:
     def up(self) -> list[OrderingNode]:
         return [n for n in self.nodes.values() if n is not None]
 
-    def start(self, member: str) -> None:
+    def start(self, member: str, startup: GroupSpec | None = None) -> None:
+        """Start ``member`` (again); ``startup``: the group its startup file lists, for a
+        member the pump did not start with (it keeps that file across restarts)."""
+        if startup is not None:
+            self.startup_groups[member] = startup
+            self.nodes.setdefault(member, None)
+            self.disks.setdefault(member, Disk())
+            self.positions.setdefault(member, {})
         assert self.nodes[member] is None, f"{member} is already up"
-        witness = self.group.is_witness(member)
+        group = self.startup_groups.get(member, self.group)
+        witness = self._is_witness(member)
         recovered = None if witness else self.disks[member].recovered()
-        node = self.node_class(member, self.group, self.timing, next(self._incarnations), recovered)
+        node = self.node_class(member, group, self.timing, next(self._incarnations), recovered)
         self.nodes[member] = node
         if not witness:
             # The source consumer resumes from the positions committed with the ledger.
@@ -114,6 +123,9 @@ class Pump:
             }
             self._read_sources(member)
         self.pump()
+
+    def _is_witness(self, member: str) -> bool:
+        return self.startup_groups.get(member, self.group).is_witness(member)
 
     def crash(self, member: str) -> None:
         self.nodes[member] = None  # messages in flight to it are lost
@@ -192,7 +204,7 @@ class Pump:
         if ready.is_empty():
             return False
         disk = self.disks[member]
-        if not self.group.is_witness(member):
+        if not self._is_witness(member):
             if ready.hard_state is not None:
                 disk.hard_state = ready.hard_state
             if ready.persist_from is not None:
@@ -212,7 +224,7 @@ class Pump:
             self.loads_served += len(loaded)
             node.entries_loaded(loaded)
         if ready.deliveries:
-            assert not self.group.is_witness(member), f"witness {member} delivered events"
+            assert not self._is_witness(member), f"witness {member} delivered events"
             assert ready.ledger is not None
             unwritten = self.unwritten.setdefault(member, [])
             unwritten.extend((d, ready.ledger) for d in ready.deliveries)

@@ -361,6 +361,30 @@ def test_a_recovering_witness_waits_for_every_configuration_from_the_committed_o
     assert sorted(peer for peer, _ in recovery.new_requests(1)) == ["x", "y"]
 
 
+def test_a_witness_started_before_its_addition_does_not_lead_the_group_its_file_lists() -> None:
+    """A witness is started before it is proposed, with a startup file that lists it
+    (here: as an operator replacing ``w`` by ``x`` writes it). Recovery answers of a group
+    that never changed said no configuration, so it took that file's group for the
+    group's; with the leader gone it won the vote of a member that did not count it, and
+    led a configuration never committed (simulator seeds 1003770, 1007088). A member
+    outside the configuration is now told the one in force: it waits as a non-voter."""
+    group = GroupSpec(("a", "b", "w"), frozenset({"w"}))
+    pump = Pump(group)
+    _elect(pump)
+    pump.start("x", GroupSpec(("a", "b", "x"), frozenset({"x"})))
+    pump.run_until(lambda: pump.node("x").role != Role.RECOVERING, 100, "x to recover")
+    in_force = pump.node("b").config
+    assert pump.node("x").config == in_force
+    assert not in_force.is_voter("x")
+    # Only b and x up: x's file would make them a majority, the group's does not.
+    pump.crash("a")
+    pump.crash("w")
+    for _ in range(ELECTION_DEADLINE):
+        pump.tick()
+    assert pump.leader() is None, pump.describe()
+    assert "x" not in pump.leaders_by_term.values(), pump.leaders_by_term
+
+
 def test_messages_carry_no_configuration_until_the_membership_changes() -> None:
     """A group that never changed speaks the previous release's encoding (a witness of
     that release refuses a configuration at the end of a message)."""

@@ -214,7 +214,7 @@ class OrderingNode(Elections, Replication, Admission, Membership):
                 self.commit_index,
                 message,
                 self.timing.max_recover_bytes,
-                self._config_news(self.commit_index),
+                self._config_news(self.commit_index, to=sender),
             )
             self._send(sender, reply)
             return

@@ -98,14 +98,16 @@ class MembershipOperator:
             # A hasty operator asks for the next change before this one committed: the
             # leader must refuse it (one change at a time), and does not act on it. The
             # proposal is taken at the leader's next step, which may come after the
-            # commit: then it is a change like any other. Not a witness while a data
-            # member joins: the witness would be in the configuration before anything
-            # started it (the product starts one first), and the backfill, which needs
-            # every member's answer, would wait for it for good.
+            # commit: then it is a change like any other. A witness is started first, as
+            # the product starts one before proposing it (a backfill needs its answer
+            # once it is in the configuration); it may then run while the change before
+            # it is pending, or lost. (Not when that configuration would be invalid: the
+            # witness's startup file would be too, and the leader refuses the change.)
             following = self._steps[1]
             early = _proposal(following, config)
-            witness_too_soon = following.kind == "add-witness" and step.kind == "add-data"
-            if early is not None and following.kind != "remove" and not witness_too_soon:
+            if early is not None and following.kind != "remove":
+                if following.kind == "add-witness" and not early.problems():
+                    self._start_witness(following.member, config)
                 leader.propose(early)
 
     def _start_witness(self, name: str, config: Configuration) -> None:
