@@ -110,7 +110,7 @@ class Pump:
             self.positions.setdefault(member, {})
         assert self.nodes[member] is None, f"{member} is already up"
         group = self.startup_groups.get(member, self.group)
-        witness = self._is_witness(member)
+        witness = group.is_witness(member)
         recovered = None if witness else self.disks[member].recovered()
         node = self.node_class(member, group, self.timing, next(self._incarnations), recovered)
         self.nodes[member] = node

@@ -199,17 +199,17 @@ class NodeState:
         for and then given up does not hold admission for good."""
         return self._now - self._leave_asked_at < 4 * self.timing.election_ticks
 
-    def _config_news(self, index: int, to: str | None = None) -> Configuration | None:
-        """The configuration at ``index`` to tell a peer, once the membership ever
+    def _config_news(self, index: int, to: str) -> Configuration | None:
+        """The configuration at ``index`` to tell peer ``to``, once the membership ever
         changed: before, every member has the same one from its startup file, and a
         peer of the previous release reads the message only without one.
 
-        A peer ``to`` outside our configuration is told it even then: it is a member
-        being added (so of this release), started with a startup file that lists it.
-        Told nothing, it would take that file's group for the group's, and could lead
-        a configuration never committed, with votes of members that do not count it."""
+        A peer outside our configuration is told it even then: it is a member being
+        added (so of this release), started with a startup file that lists it. Told
+        nothing, it would take that file's group for the group's, and could lead a
+        configuration never committed, with votes of members that do not count it."""
         never_changed = self._config_base[0] == 0 and not self._configs
-        if never_changed and (to is None or to in self.config.members):
+        if never_changed and to in self.config.members:
             return None
         return self._config_at(index)
 

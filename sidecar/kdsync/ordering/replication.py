@@ -189,7 +189,7 @@ class Replication(NodeState):
                 self.commit_index,
                 self.incarnation,
                 self._all_durable,
-                self._config_news(prev_index) if witness else None,
+                self._config_news(prev_index, to=peer) if witness else None,
             ),
         )
         progress = self._tracker[peer]
