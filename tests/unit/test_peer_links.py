@@ -12,6 +12,7 @@ from typing import cast
 import pytest
 
 from kdsync.driver import DriverPorts, MemberDriver
+from kdsync.driver.peer_links import PeerLinks
 from kdsync.ordering import (
     Configuration,
     Delivery,
@@ -27,7 +28,6 @@ from kdsync.ordering import (
 from kdsync.ordering.log import ReplicatedLog
 from kdsync.ordering.messages import RecoverRequest
 from kdsync.ordering.witness import recover_reply
-from kdsync.runtime.peer_links import PeerLinks
 from kdsync.transport import PeerTransport
 from kdsync.transport.address import parse_address
 from kdsync.transport.base import validate_member_name

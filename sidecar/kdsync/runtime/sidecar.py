@@ -24,6 +24,7 @@ from typing import Any
 from kdsync import naming
 from kdsync.config import SidecarConfig
 from kdsync.driver import FRAMES_PER_TURN, DriverLimits, DriverPorts, MemberDriver
+from kdsync.driver.peer_links import PeerLinks
 from kdsync.driver.report import delivery_section, member_lag, node_section, readiness
 from kdsync.failover.group_sync import GroupOffsetSync
 from kdsync.kafka.errors import KafkaShellError
@@ -41,7 +42,6 @@ from kdsync.runtime.latency_window import LatencyWindow
 from kdsync.runtime.metrics import GroupSyncMetrics, SidecarMetrics, TopicConfigMetrics
 from kdsync.runtime.mirror_metrics import MirrorMetrics
 from kdsync.runtime.observer import SidecarObserver
-from kdsync.runtime.peer_links import PeerLinks
 from kdsync.transport import LinkStatus, PeerTransport, TransportClosed
 from kdsync.transport.rdma import RdmaTransport, RdmaUnavailable
 from kdsync.transport.tcp import TcpTransport

@@ -14,6 +14,11 @@ is free, so a long turn delays it, and ticks that fall in a busy or stalled stre
 lost, as the runtime's tick loop loses them. The whole process can also stall for a
 while (a paused VM, a garbage collection). And its destination can refuse every write
 for a while (``refusing``), as a ``T-global`` that refuses a record too large for it does.
+
+Its frame port is the sidecar's own (``PeerLinks``) over the simulated network
+(``_SimTransport``): a member links the members of its startup file and those its
+configurations add, and refuses frames from any other, as the peer handshake does; a
+member whose removal committed is retired and gets nothing more.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from kdsync.driver import (
     SourcePartition,
     WriteFailure,
 )
+from kdsync.driver.peer_links import PeerLinks
 from kdsync.ordering import (
     Configuration,
     DeliveredEvent,
@@ -183,6 +189,8 @@ class SimMember:
         self.is_witness = group.is_witness(name)
         self.kafka = kafka or SimKafka()
         self.driver: MemberDriver | None = None
+        self.links: PeerLinks | None = None  # the frame port of the running process
+        self._transport: _SimTransport | None = None
         self.crash_in_ready = 0.0  # chance to die when an operation completes
         self.refusing = False  # T-global refuses every transaction: the member halts
         self.incarnations = 0
@@ -213,11 +221,14 @@ class SimMember:
         incarnation = self.rng.getrandbits(62)
         recovered = None if self.is_witness else self.kafka.recovered()
         node = self.factory(self.name, self.group, self.timing, incarnation, recovered)
+        # A process starts with the links of its startup file, as the sidecar does.
+        self._transport = _SimTransport(self)
+        self.links = PeerLinks(self._transport)
         ports = DriverPorts(
             None if self.is_witness else _SimLogPort(self),
             None if self.is_witness else _SimDeliveryPort(self),
             None if self.is_witness else _SimSourcePort(self),
-            _SimFrames(self),
+            self.links,
         )
         ledger = recovered.ledger if recovered is not None else None
         self.driver = self.driver_factory(node, ports, self.limits, ledger)
@@ -237,12 +248,15 @@ class SimMember:
         self._batches.clear()
         self._proposals.clear()
         self.driver = None
+        self.links = self._transport = None
         self.down_since = self.now
 
     # ------------------------------------------------------------------ one tick
 
     def deliver(self, sender: str, frame: bytes) -> None:
-        if self.driver is not None:
+        """A frame arrives; from a member this process has no link with, it is refused
+        (the handshake's "is not another member")."""
+        if self._transport is not None and self._transport.knows(sender):
             self._inbox.append((sender, frame))
 
     def propose(self, config: Configuration) -> None:
@@ -271,6 +285,8 @@ class SimMember:
         while self._proposals:
             driver.propose_configuration(self._proposals.popleft())
         driver.tick()
+        assert self.links is not None
+        self.links.retire_departed(driver.node)  # as the sidecar does every tick
         if not self.is_witness and (self._read_sources() or self._batches):
             driver.sources_ready()
         while self._inbox and self.driver is not None and (not budget or self._cpu > 0):
@@ -422,21 +438,50 @@ class _SimSourcePort:
         self.m.kafka.commit_positions(self.m.name, positions)
 
 
-class _SimFrames:
-    """``PeerTransport.send`` over the simulated network."""
+class _SimTransport:
+    """The peer transport's membership over the simulated network: linked with the
+    startup file's members and those added since (``add_peer``), nothing for a retired
+    one. The receiving member refuses strangers (``SimMember.deliver``)."""
 
     def __init__(self, member: SimMember) -> None:
-        self.m = member
+        self._m = member
+        self.membership_changed = False
+        self._retired: dict[str, bool] = {
+            name: False for name in member.group.members if name != member.name
+        }
+
+    @property
+    def member(self) -> str:
+        return self._m.name
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return tuple(self._retired)
+
+    def knows(self, peer: str) -> bool:
+        """Linked with ``peer`` (retired or not): its frames are taken."""
+        return peer in self._retired
 
     def send(self, peer: str, frame: bytes) -> bool:
-        self.m.network.send(self.m.now, self.m.name, peer, frame)
+        retired = self._retired.get(peer)
+        if retired is None:
+            raise ValueError(f"{peer!r} is not another member")  # as TcpTransport.send
+        if retired:
+            return False
+        self._m.network.send(self._m.now, self._m.name, peer, frame)
         return True
 
-    def follow_configuration(self, config: Configuration, index: int) -> None:
-        pass  # the simulated network links every pair of members, ever
+    def add_peer(self, peer: str, address: str) -> bool:
+        if peer == self._m.name or self._retired.get(peer) is False:
+            return False
+        self._retired[peer] = False
+        return True
 
-    def reach_members(self, config: Configuration) -> None:
-        pass
+    def retire_peer(self, peer: str) -> bool:
+        if self._retired.get(peer) is not False:
+            return False
+        self._retired[peer] = True
+        return True
 
 
 def _offset(event: SourceEvent) -> int:

@@ -1,5 +1,8 @@
 """The driver's frame port over the peer transport, following the group's membership.
 
+The sidecar runs it over its TCP or RDMA transport, the simulator over its network:
+both by the rules below, so the simulator refuses and drops frames as the product does.
+
 The transport starts with the members of the startup file. When the configuration in
 use changes (``FrameSender.follow_configuration``), or a recovering witness hears of one
 (``reach_members``), a member added at runtime is dialled at the address its
@@ -12,15 +15,45 @@ change may still be cut from the log.
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from kdsync.ordering import Configuration, OrderingNode, Role
-from kdsync.transport import PeerTransport
 
 log = logging.getLogger(__name__)
 
 
+class LinkedPeers(Protocol):
+    """What the links need of a peer transport (``kdsync.transport.PeerTransport`` has
+    it all; the simulator's network has just this)."""
+
+    # Set once this member's membership comes from its log (the handshake then no longer
+    # compares startup files).
+    membership_changed: bool
+
+    @property
+    def member(self) -> str: ...
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """Every member linked since start, retired ones included."""
+        ...
+
+    def send(self, peer: str, frame: bytes) -> bool:
+        """False if dropped (retired, queue full, closed); ValueError for a stranger."""
+        ...
+
+    def add_peer(self, peer: str, address: str) -> bool:
+        """Dial ``peer`` at ``address`` and accept it; False if nothing changed;
+        ValueError for an address that cannot be used."""
+        ...
+
+    def retire_peer(self, peer: str) -> bool:
+        """Stop dialling ``peer`` and drop frames for it; False if it was already."""
+        ...
+
+
 class PeerLinks:
-    def __init__(self, transport: PeerTransport) -> None:
+    def __init__(self, transport: LinkedPeers) -> None:
         self.transport = transport
         self._known = set(transport.peers)  # a set: send looks here for every frame
         self._unreachable: set[str] = set()  # logged once each
@@ -53,8 +86,10 @@ class PeerLinks:
                     where = f"log index {index}" if index is not None else "heard in recovery"
                     log.error(
                         "member %s is in the group (%s) with no peer address, and this "
-                        "member's startup file does not name it: it cannot be reached; add "
-                        "members with kdsync members add, which records the address",
+                        "member's startup file does not name it: it cannot be reached "
+                        "unless a later configuration in the log removes it (as when a "
+                        "new member catches up from before that removal); add members "
+                        "with kdsync members add, which records the address",
                         member,
                         where,
                     )
