@@ -160,7 +160,8 @@ def group_changed(name: str | None, namespace: str | None, logger: Logger, **_: 
 
 @kopf.timer(API_GROUP, API_VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
 def resync(name: str | None, namespace: str | None, logger: Logger, **_: Any) -> None:
-    _reconcile_or_retry(namespace, name, logger)
+    # Also compares the group's members with the spec's, however quiet the group.
+    _reconcile_or_retry(namespace, name, logger, compare=True)
 
 
 @kopf.on.delete(API_GROUP, API_VERSION, PLURAL, optional=True)
@@ -195,14 +196,20 @@ def spark_event(labels: Mapping[str, str], namespace: str | None, logger: Logger
 
 
 def _reconcile_or_retry(
-    namespace: str | None, name: str | None, logger: Logger, *, come_back: bool = True
+    namespace: str | None,
+    name: str | None,
+    logger: Logger,
+    *,
+    come_back: bool = True,
+    compare: bool = False,
 ) -> None:
     """``come_back``: while members change, fail temporarily so kopf runs this handler
-    again soon (event handlers are not retried: the group's own handlers do it)."""
+    again soon (event handlers are not retried: the group's own handlers do it);
+    ``compare``: read the group's configuration even if nothing is changing."""
     if not namespace or not name:
         return
     try:
-        changing = reconcile(namespace, name, logger)
+        changing = reconcile(namespace, name, logger, compare=compare)
     except ApiException as exc:
         raise kopf.TemporaryError(f"API error {exc.status}: {exc.reason}", delay=5) from exc
     if changing and come_back:
@@ -290,16 +297,17 @@ def _member_metrics(group: Group) -> dict[str, status.MemberMetrics]:
     return found
 
 
-def reconcile(namespace: str, name: str, logger: Logger) -> bool:
-    """One reconcile; True while a membership step that ends soon is under way."""
+def reconcile(namespace: str, name: str, logger: Logger, *, compare: bool = False) -> bool:
+    """One reconcile; True while a membership step that ends soon is under way.
+    ``compare``: compare the group's members with the spec's even if nothing changes."""
     with _lock(namespace, name):
         obj = kube_api.get(f"{API_GROUP}/{API_VERSION}", "KdsyncGroup", namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return False
-        return _reconcile(obj, logger)
+        return _reconcile(obj, logger, compare)
 
 
-def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
+def _reconcile(obj: dict[str, Any], logger: Logger, compare: bool = False) -> bool:
     group = Group.from_object(obj)
     secrets = _referenced_secrets(group)
     pki_secrets = pki.desired_pki_secrets(group, _existing_pki(group))
@@ -309,7 +317,7 @@ def _reconcile(obj: dict[str, Any], logger: Logger) -> bool:
     extra = sorted(m for m in observed_sts if m not in in_spec)
     previous = obj.get("status") or {}
     members_plan = membership_io.membership_plan(
-        obj, group, pki_secrets, observed_sts, wanted.member_set, wanted.hashes, logger
+        obj, group, pki_secrets, observed_sts, wanted.member_set, wanted.hashes, logger, compare
     )
     holds: dict[str, Any] = {
         "hold_updates": members_plan.hold_updates,

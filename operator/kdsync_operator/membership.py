@@ -84,6 +84,9 @@ class MembershipPlan:
     # the spec nor the group names (decided only from a leader's configuration).
     drop_backfills: frozenset[str] = frozenset()
     join_index: int | None = None  # the configuration index a learner's backfill is for
+    # The MembersMatchSpec condition (status, reason, message); None when the group was
+    # not looked at this round (the last one stands).
+    spec_match: tuple[str, str, str] | None = None
 
     @property
     def changing(self) -> bool:
@@ -107,6 +110,67 @@ def leader_configuration(
     leader = leader_of(statuses)
     config = statuses[leader].get("configuration") if leader else None
     return leader, config if isinstance(config, Mapping) else None
+
+
+# spec_match's reason for a difference that no change of the operator's explains.
+CHANGED_OUTSIDE_SPEC = "ChangedOutsideSpec"
+
+
+def spec_match(
+    spec_members: Sequence[tuple[str, bool]], statuses: Mapping[str, Mapping[str, Any]]
+) -> tuple[str, str, str]:
+    """The ``MembersMatchSpec`` condition (status, reason, message) of a group in which
+    the operator is changing nothing: whether the leader's configuration has exactly the
+    spec's members. They differ only after a change made without the operator
+    (``kdsync members`` by hand). The operator reports it and does not undo it on its
+    own: a member taken out by hand may be one that had to go."""
+    leader, config = leader_configuration(statuses)
+    if config is None:
+        return (
+            "Unknown",
+            "NoLeader",
+            "no member reports that it leads: the group's members cannot be compared "
+            "with the spec's",
+        )
+    spec = dict(spec_members)
+    members = _members(config)
+    witnesses = set(config.get("witnesses", []))
+    described = describe_configuration(config)
+    differences = [
+        *(f"{m} is in the spec, not in the group" for m in spec if m not in members),
+        *(f"{m} is in the group, not in the spec" for m in members if m not in spec),
+        *(
+            f"{m} is a {'witness' if m in witnesses else 'data member'} in the group, "
+            f"not in the spec"
+            for m in members
+            if m in spec and spec[m] != (m in witnesses)
+        ),
+    ]
+    if not differences:
+        return ("True", "MatchSpec", f"the group's members are the spec's: {described}")
+    return (
+        "False",
+        CHANGED_OUTSIDE_SPEC,
+        f"leader {leader}'s configuration is {described}: {'; '.join(differences)}. A "
+        "change made without the operator (kdsync members)? The operator does not undo "
+        "it, but the next edit of spec.members makes the group the spec's again, one "
+        "change at a time: first make the spec say what the group should be",
+    )
+
+
+def with_spec_match(
+    plan: MembershipPlan,
+    spec_members: Sequence[tuple[str, bool]],
+    statuses: Mapping[str, Mapping[str, Any]],
+) -> MembershipPlan:
+    """``plan`` with its ``MembersMatchSpec`` condition: while it changes members, the
+    group differs from the spec by the operator's own doing."""
+    if plan.joining is not None or plan.leaving is not None or plan.hold_updates:
+        match = ("False", "ChangeUnderWay", f"the operator is making the group's members "
+                 f"the spec's ({plan.reason}: {plan.message})")  # fmt: skip
+    else:
+        match = spec_match(spec_members, statuses)
+    return _with(plan, spec_match=match)
 
 
 def _silent(observation: GroupObservation) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from kdsync.admin_client import AdminClient, AdminIdentityMismatch, AdminUnreachable
 from kdsync_operator import audit, backfill, children, kube_api, membership, pki
+from kdsync_operator.rollout import statefulset_ready
 from kdsync_operator.spec import Group
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -57,10 +58,13 @@ def membership_plan(
     member_set: str,
     hashes: Mapping[str, str],
     logger: Logger,
+    compare: bool = False,
 ) -> membership.MembershipPlan:
     """Reads the group's members over their admin listeners unless nothing can be
-    changing: the StatefulSets are the spec's members, each made for the spec's member set,
-    and the last status names no change under way."""
+    changing (the StatefulSets are the spec's members, each made for the spec's member set,
+    and the last status names no change under way) and ``compare`` is off. With it (the
+    periodic resync), a group in which nothing is changing is read too, only to compare
+    its configuration with the spec's (``membership.spec_match``); nothing is asked of it."""
     spec_members = [(m.name, m.witness) for m in group.spec.members]
     existing = sorted(observed_sts)
     progress = (obj.get("status") or {}).get("membership") or {}
@@ -69,7 +73,8 @@ def membership_plan(
     settled = {name for name, _ in spec_members} == set(existing) and all(
         children.members_hash(sts) in (member_set, None) for sts in observed_sts.values()
     )
-    if not existing or (settled and not any(progress.values())):
+    quiet = settled and not any(progress.values())
+    if not existing or (quiet and not compare):
         return membership.MembershipPlan()
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     skip_drain = {
@@ -77,10 +82,16 @@ def membership_plan(
         for m in str(annotations.get(membership.SKIP_DRAIN_ANNOTATION, "")).split(",")
         if m.strip()
     }
+    # Only to compare: the members whose pods are ready, so that a member down does not
+    # hold the reconcile for a timeout every resync (without the leader's answer, the
+    # last comparison stands).
+    asked = [m for m in existing if statefulset_ready(observed_sts[m])] if quiet else existing
+    if not asked:
+        return membership.MembershipPlan()
     client = _admin_client(group, pki_secrets)
     statuses: dict[str, Mapping[str, Any]] = {}
     unreachable: dict[str, str] = {}
-    for member in existing:
+    for member in asked:
         answer = _ask(client, group, member, "/status", None)
         if isinstance(answer, str):
             unreachable[member] = answer
@@ -88,6 +99,9 @@ def membership_plan(
             statuses[member] = answer[1]
         else:
             unreachable[member] = f"/status answered {answer[0]}"
+    if quiet:
+        match = membership.spec_match(spec_members, statuses)
+        return membership.MembershipPlan(spec_match=None if match[1] == "NoLeader" else match)
     states = _backfill_states(group, statuses, hashes, logger)
     observation = membership.GroupObservation(statuses, unreachable, backfills=states)
 
@@ -114,7 +128,7 @@ def membership_plan(
             unreachable[leaving] = f"/source-backlog answered {answer[0]}: {answer[1]}"
         seen = membership.GroupObservation(statuses, unreachable, {leaving: backlog}, states)
         plan = plan_for(seen)
-    return plan
+    return membership.with_spec_match(plan, spec_members, statuses)
 
 
 def _backfill_applications(group: Group) -> dict[str, dict[str, Any]]:

@@ -10,6 +10,10 @@ Conditions (each with observedGeneration, reason, message, lastTransitionTime):
 * ``Joining`` / ``Leaving``: a member is being added to / removed from the running group
   (``kdsync_operator.membership``: the reason names the step it waits for);
   ``Backfilling``: a new data member's backfill SparkApplication runs.
+* ``MembersMatchSpec``: the group's own configuration (its leader's) has the spec's
+  members; False with ``ChangedOutsideSpec`` after a change made without the operator
+  (``kdsync members`` by hand), which it reports and does not undo. Compared at every
+  resync, and whenever the operator reads the group for a change.
 
 ``lastTransitionTime`` only moves when a condition's status changes.
 """
@@ -23,13 +27,14 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from kdsync_operator.audit import AuditOutcome
-from kdsync_operator.membership import MembershipPlan
+from kdsync_operator.membership import CHANGED_OUTSIDE_SPEC, MembershipPlan
 from kdsync_operator.membership import conditions as membership_conditions
 from kdsync_operator.rollout import MemberObservation, RolloutPlan
 from kdsync_operator.spec import Group, SpecProblem
 
 CONDITION_TYPES = (
     "Ready", "Progressing", "Degraded", "Consistent", "Joining", "Backfilling", "Leaving",
+    "MembersMatchSpec",
 )  # fmt: skip
 # Appended to the Consistent message while a new audit run is under way.
 IN_PROGRESS_NOTE = " (meanwhile: "
@@ -89,6 +94,15 @@ def _rolling_member(
     if seen is not None and seen.exists and not seen.ready:
         return str(earlier)
     return None
+
+
+# Whether the group's own configuration has the spec's members (membership.spec_match).
+MEMBERS_MATCH_SPEC = "MembersMatchSpec"
+NOT_COMPARED = (
+    "Unknown",
+    "NotCompared",
+    "the group's members are compared with the spec's at the operator's next resync",
+)
 
 
 def _condition(
@@ -214,6 +228,14 @@ def build_status(
             observedGeneration=group.generation,
             message=f"{verdict}{IN_PROGRESS_NOTE}{audit.message})",
         )
+    match = membership.spec_match if membership is not None else None
+    if match is None:  # not looked at this round: the last comparison stands
+        last = old.get(MEMBERS_MATCH_SPEC)
+        match = (
+            (str(last.get("status")), str(last.get("reason")), str(last.get("message")))
+            if last
+            else NOT_COMPARED
+        )
     delivered = [e["deliveredSeq"] for e in member_status if "deliveredSeq" in e]
     status: dict[str, Any] = {
         "observedGeneration": group.generation,
@@ -223,6 +245,7 @@ def build_status(
             degraded,
             consistent,
             *(cond(*entry) for entry in membership_conditions(membership or MembershipPlan())),
+            cond(MEMBERS_MATCH_SPEC, *match),
         ],
         "members": member_status,
         "readyMembers": f"{len(ready)}/{len(members)}",
@@ -268,8 +291,15 @@ def transitions(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) 
             and cond["status"] == "False"
         ):
             continue  # nothing joining or leaving is news only after something did
-        warning = (cond["type"] == "Degraded" and cond["status"] == "True") or (
-            cond["type"] == "Consistent" and cond["status"] == "False"
+        if cond["type"] == MEMBERS_MATCH_SPEC and CHANGED_OUTSIDE_SPEC not in (
+            cond["reason"],
+            before.get("reason"),
+        ):
+            continue  # a change of the operator's own is told by Joining and Leaving
+        warning = (
+            (cond["type"] == "Degraded" and cond["status"] == "True")
+            or (cond["type"] == "Consistent" and cond["status"] == "False")
+            or cond["reason"] == CHANGED_OUTSIDE_SPEC
         )
         found.append(
             Transition(cond["type"], cond["status"], cond["reason"], cond["message"], warning)

@@ -254,6 +254,19 @@ def test_example_group_becomes_ready_with_one_nonroot_readonly_pod_per_member(
     # deliveredSeq appears with the first delivery).
     members = {m["name"]: m for m in status["members"]}
     assert all("lag" in members[m] for m in MEMBERS), members
+    # At a resync it read the quiet group's configuration over the admin listeners
+    # (mutual TLS) and found the spec's members there.
+    match = wait_for(
+        "the operator to compare the group's members with the spec's",
+        lambda: (
+            (c := cluster.condition("kdg", GROUP, "MembersMatchSpec"))
+            and c.get("reason") != "NotCompared"
+            and c
+        ),
+        timeout=90,
+    )
+    assert (match["status"], match["reason"]) == ("True", "MatchSpec"), match
+    assert all(m in match["message"] for m in MEMBERS), match
 
 
 # --- traffic --------------------------------------------------------------------------------

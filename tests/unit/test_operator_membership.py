@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kdsync.config import parse_config
-from kdsync_operator import children, membership, rollout, status, validation
+from kdsync_operator import children, membership, membership_io, rollout, status, validation
 from kdsync_operator.audit import AuditOutcome
 from kdsync_operator.membership import GroupObservation, MembershipRequest, plan_membership
 from kdsync_operator.spec import ADMIN_PORT, Group
@@ -512,3 +514,135 @@ def test_the_webhook_lets_a_member_that_holds_a_roll_back_be_removed() -> None:
         OLD, roles(("two", False), ("witness", True)), rolling, 3
     )
     assert "rolling onto a new config" in str(problem)
+
+
+# --- a change made without the operator (MembersMatchSpec) ---------------------------------
+
+
+def test_a_group_with_the_specs_members_matches_it() -> None:
+    match = membership.spec_match(SPEC, group_of("one", "two", "witness"))
+    assert match[:2] == ("True", "MatchSpec")
+    assert "one, two, witness (witness)" in match[2]
+
+
+def test_a_witness_removed_or_added_by_hand_is_reported_by_name() -> None:
+    removed = membership.spec_match(SPEC, group_of("one", "two"))
+    assert removed[:2] == ("False", membership.CHANGED_OUTSIDE_SPEC)
+    assert "witness is in the spec, not in the group" in removed[2]
+    assert "leader one's configuration is one, two (index 0" in removed[2]
+    added = membership.spec_match(
+        SPEC, group_of("one", "two", "witness", "arbiter", witnesses=("witness", "arbiter"))
+    )
+    assert added[:2] == ("False", membership.CHANGED_OUTSIDE_SPEC)
+    assert "arbiter is in the group, not in the spec" in added[2]
+    assert "witness is" not in added[2]
+    # A learner counts as in the group: one added by hand, not yet a voter, is reported.
+    statuses = group_of("one", "two", "witness")
+    statuses["one"]["configuration"]["learners"] = ["three"]
+    learner = membership.spec_match(SPEC, statuses)
+    assert "three is in the group, not in the spec" in learner[2]
+
+
+def test_a_member_whose_kind_differs_from_the_spec_is_reported() -> None:
+    match = membership.spec_match([("one", False), ("two", True), ("witness", True)],
+                                  group_of("one", "two", "witness"))  # fmt: skip
+    assert match[:2] == ("False", membership.CHANGED_OUTSIDE_SPEC)
+    assert "two is a data member in the group, not in the spec" in match[2]
+
+
+def test_without_a_leader_the_members_are_not_compared() -> None:
+    statuses = group_of("one", "two", "witness")
+    statuses["one"]["role"] = "candidate"
+    assert membership.spec_match(SPEC, statuses)[:2] == ("Unknown", "NoLeader")
+    assert membership.spec_match(SPEC, {})[:2] == ("Unknown", "NoLeader")
+
+
+def test_while_the_operator_changes_members_the_difference_is_its_own() -> None:
+    statuses = group_of("one", "two", "witness")  # the spec gained w2: being added
+    plan = plan_membership([*SPEC, ("w2", True)], ["one", "two", "witness"],
+                           GroupObservation(statuses), peer)  # fmt: skip
+    assert plan.joining == "w2"
+    match = membership.with_spec_match(plan, [*SPEC, ("w2", True)], statuses).spec_match
+    assert match is not None and match[:2] == ("False", "ChangeUnderWay")
+    settled = plan_membership(SPEC, ["one", "two", "witness"], GroupObservation(statuses), peer)
+    match = membership.with_spec_match(settled, SPEC, statuses).spec_match
+    assert match is not None and match[0] == "True"
+
+
+def _status_with(match: tuple[str, str, str] | None, previous: Any) -> dict[str, Any]:
+    group = make_group(MEMBERS)
+    observed = {m: rollout.MemberObservation(m, True, True, "h") for m in ("one", "two", "witness")}
+    plan = rollout.plan_rollout({m: "h" for m in observed}, observed)
+    return status.build_status(group, observed, plan, NO_AUDIT, previous, "2030-01-01T00:00:00Z",
+                               membership=membership.MembershipPlan(spec_match=match))  # fmt: skip
+
+
+def _matches(st: dict[str, Any]) -> dict[str, Any]:
+    found = [c for c in st["conditions"] if c["type"] == "MembersMatchSpec"]
+    assert len(found) == 1, st["conditions"]
+    return found[0]
+
+
+def test_the_condition_warns_once_when_the_group_leaves_the_spec_and_tells_when_it_is_back() -> (
+    None
+):
+    first = _status_with(None, None)
+    assert _matches(first)["status"] == "Unknown" and _matches(first)["reason"] == "NotCompared"
+    matching = _status_with(("True", "MatchSpec", "same"), first)
+    assert not [t for t in status.transitions(first, matching) if t.condition == "MembersMatchSpec"]
+    drift = ("False", membership.CHANGED_OUTSIDE_SPEC, "witness is in the spec, not in the group")
+    drifted = _status_with(drift, matching)
+    events = [t for t in status.transitions(matching, drifted) if t.condition == "MembersMatchSpec"]
+    assert [(t.status, t.reason, t.warning) for t in events] == [
+        ("False", membership.CHANGED_OUTSIDE_SPEC, True)
+    ]
+    assert "witness is in the spec" in events[0].message
+    # A reconcile that did not look keeps the last comparison, and says nothing again.
+    unlooked = _status_with(None, drifted)
+    assert _matches(unlooked) == _matches(drifted)
+    assert not [
+        t for t in status.transitions(drifted, unlooked) if t.condition == "MembersMatchSpec"
+    ]
+    back = _status_with(("True", "MatchSpec", "same"), unlooked)
+    events = [t for t in status.transitions(unlooked, back) if t.condition == "MembersMatchSpec"]
+    assert [(t.status, t.warning) for t in events] == [("True", False)]
+    # The operator's own change is told by Joining and Leaving, not by this condition.
+    changing = _status_with(("False", "ChangeUnderWay", "adding w2"), back)
+    assert not [t for t in status.transitions(back, changing) if t.condition == "MembersMatchSpec"]
+
+
+def test_the_periodic_resync_reads_a_quiet_group_and_asks_it_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = make_group(MEMBERS)
+    statuses = group_of("one", "two")  # the witness was removed by hand
+    asked: list[tuple[str, str, Any]] = []
+
+    def ask(_client: Any, _group: Any, member: str, path: str, body: Any) -> Any:
+        asked.append((member, path, body))
+        return (200, statuses[member]) if member in statuses else "connection refused"
+
+    monkeypatch.setattr(membership_io, "_admin_client", lambda *_: object())
+    monkeypatch.setattr(membership_io, "_ask", ask)
+    ready = {"status": {"readyReplicas": 1}}
+    # The spec's StatefulSets (made before member-set hashes), the witness's pod down.
+    sts = {"one": ready, "two": ready, "witness": {"status": {"readyReplicas": 0}}}
+    quiet = membership_io.membership_plan({}, group, {}, sts, "set", {}, _Quiet())
+    assert quiet == membership.MembershipPlan() and not asked
+    looked = membership_io.membership_plan({}, group, {}, sts, "set", {}, _Quiet(), compare=True)
+    # Not the witness, whose pod is not ready: it would hold the reconcile for a timeout.
+    assert {(m, p) for m, p, _ in asked} == {("one", "/status"), ("two", "/status")}
+    assert all(body is None for _, _, body in asked), "a comparison must ask nothing"
+    assert looked.request is None and not looked.changing
+    assert looked.spec_match is not None
+    assert looked.spec_match[:2] == ("False", membership.CHANGED_OUTSIDE_SPEC)
+    assert "witness is in the spec, not in the group" in looked.spec_match[2]
+    # Without a leader among those that answer, the last comparison stands.
+    statuses["one"]["role"] = "follower"
+    unknown = membership_io.membership_plan({}, group, {}, sts, "set", {}, _Quiet(), compare=True)
+    assert unknown.spec_match is None
+
+
+class _Quiet:
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_a, **_k: None
