@@ -15,10 +15,13 @@ lost, as the runtime's tick loop loses them. The whole process can also stall fo
 while (a paused VM, a garbage collection). And its destination can refuse every write
 for a while (``refusing``), as a ``T-global`` that refuses a record too large for it does.
 
-Its frame port is the sidecar's own (``PeerLinks``) over the simulated network
+Its frame port links every pair of members, ever (``_SimFrames``); or, with
+``product_links``, it is the sidecar's own (``PeerLinks``) over the simulated network
 (``_SimTransport``): a member links the members of its startup file and those its
 configurations add, and refuses frames from any other, as the peer handshake does; a
-member whose removal committed is retired and gets nothing more.
+member whose removal committed is retired and gets nothing more. The campaign does not
+use it yet: with it, a member whose log is behind a runtime addition refuses the added
+member, and cannot follow it once it leads (docs/ordering.md, "The simulator").
 """
 
 from __future__ import annotations
@@ -175,8 +178,10 @@ class SimMember:
         costs: SimCosts | None = None,
         driver_factory: DriverFactory = production_driver,
         kafka: SimKafka | None = None,
+        product_links: bool = False,
     ) -> None:
         self.name = name
+        self.product_links = product_links
         self.group = group
         self.timing = timing
         self.network = network
@@ -221,14 +226,16 @@ class SimMember:
         incarnation = self.rng.getrandbits(62)
         recovered = None if self.is_witness else self.kafka.recovered()
         node = self.factory(self.name, self.group, self.timing, incarnation, recovered)
-        # A process starts with the links of its startup file, as the sidecar does.
-        self._transport = _SimTransport(self)
-        self.links = PeerLinks(self._transport)
+        frames: PeerLinks | _SimFrames = _SimFrames(self)
+        if self.product_links:
+            # A process starts with the links of its startup file, as the sidecar does.
+            self._transport = _SimTransport(self)
+            frames = self.links = PeerLinks(self._transport)
         ports = DriverPorts(
             None if self.is_witness else _SimLogPort(self),
             None if self.is_witness else _SimDeliveryPort(self),
             None if self.is_witness else _SimSourcePort(self),
-            self.links,
+            frames,
         )
         ledger = recovered.ledger if recovered is not None else None
         self.driver = self.driver_factory(node, ports, self.limits, ledger)
@@ -254,9 +261,9 @@ class SimMember:
     # ------------------------------------------------------------------ one tick
 
     def deliver(self, sender: str, frame: bytes) -> None:
-        """A frame arrives; from a member this process has no link with, it is refused
-        (the handshake's "is not another member")."""
-        if self._transport is not None and self._transport.knows(sender):
+        """A frame arrives; with ``product_links``, from a member this process has no
+        link with, it is refused (the handshake's "is not another member")."""
+        if self.driver is not None and (self._transport is None or self._transport.knows(sender)):
             self._inbox.append((sender, frame))
 
     def propose(self, config: Configuration) -> None:
@@ -285,8 +292,8 @@ class SimMember:
         while self._proposals:
             driver.propose_configuration(self._proposals.popleft())
         driver.tick()
-        assert self.links is not None
-        self.links.retire_departed(driver.node)  # as the sidecar does every tick
+        if self.links is not None:
+            self.links.retire_departed(driver.node)  # as the sidecar does every tick
         if not self.is_witness and (self._read_sources() or self._batches):
             driver.sources_ready()
         while self._inbox and self.driver is not None and (not budget or self._cpu > 0):
@@ -436,6 +443,23 @@ class _SimSourcePort:
 
     def commit(self, positions: Mapping[SourcePartition, int]) -> None:
         self.m.kafka.commit_positions(self.m.name, positions)
+
+
+class _SimFrames:
+    """Frames over the simulated network, which links every pair of members, ever."""
+
+    def __init__(self, member: SimMember) -> None:
+        self.m = member
+
+    def send(self, peer: str, frame: bytes) -> bool:
+        self.m.network.send(self.m.now, self.m.name, peer, frame)
+        return True
+
+    def follow_configuration(self, config: Configuration, index: int) -> None:
+        pass
+
+    def reach_members(self, config: Configuration) -> None:
+        pass
 
 
 class _SimTransport:

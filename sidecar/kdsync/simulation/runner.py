@@ -66,6 +66,7 @@ def run_scenario(
             scenario.costs.get(name),
             driver_factory,
             kafka,
+            scenario.product_links,
         )
 
     members = {name: new_member(name, scenario.group) for name in scenario.group.members}

@@ -64,6 +64,8 @@ class Scenario:
     burst: int = 1  # events per source partition each time one is produced
     shape: str = "faults"  # or "overload", "churn"
     membership: tuple[MembershipStep, ...] = ()
+    # Members link as the sidecar's PeerLinks do (simulation.member); off in the campaign.
+    product_links: bool = False
 
     def describe(self) -> str:
         witnesses = f" witnesses={sorted(self.group.witnesses)}" if self.group.witnesses else ""
@@ -74,6 +76,7 @@ class Scenario:
             f"halted-after={self.halted} restart-halted={self.halted_restart_at} "
             f"drop={self.link.drop:.2f} dup={self.link.duplicate:.2f} "
             f"reorder={self.link.reorder:.2f} delay<={self.link.max_delay}"
+            + (" product-links" if self.product_links else "")
         )
 
 
