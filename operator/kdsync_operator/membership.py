@@ -118,20 +118,16 @@ CHANGED_OUTSIDE_SPEC = "ChangedOutsideSpec"
 
 def spec_match(
     spec_members: Sequence[tuple[str, bool]], statuses: Mapping[str, Mapping[str, Any]]
-) -> tuple[str, str, str]:
+) -> tuple[str, str, str] | None:
     """The ``MembersMatchSpec`` condition (status, reason, message) of a group in which
     the operator is changing nothing: whether the leader's configuration has exactly the
-    spec's members. They differ only after a change made without the operator
-    (``kdsync members`` by hand). The operator reports it and does not undo it on its
-    own: a member taken out by hand may be one that had to go."""
+    spec's members; None without a leader (the last comparison then stands: a leader
+    restarting in a roll must not flip it). They differ only after a change made without
+    the operator (``kdsync members`` by hand). The operator reports it and does not undo
+    it on its own: a member taken out by hand may be one that had to go."""
     leader, config = leader_configuration(statuses)
     if config is None:
-        return (
-            "Unknown",
-            "NoLeader",
-            "no member reports that it leads: the group's members cannot be compared "
-            "with the spec's",
-        )
+        return None
     spec = dict(spec_members)
     members = _members(config)
     witnesses = set(config.get("witnesses", []))
@@ -163,11 +159,15 @@ def with_spec_match(
     spec_members: Sequence[tuple[str, bool]],
     statuses: Mapping[str, Mapping[str, Any]],
 ) -> MembershipPlan:
-    """``plan`` with its ``MembersMatchSpec`` condition: while it changes members, the
-    group differs from the spec by the operator's own doing."""
-    if plan.joining is not None or plan.leaving is not None or plan.hold_updates:
-        match = ("False", "ChangeUnderWay", f"the operator is making the group's members "
-                 f"the spec's ({plan.reason}: {plan.message})")  # fmt: skip
+    """``plan`` with its ``MembersMatchSpec`` condition: while it adds or removes a
+    member, the group differs from the spec by the operator's own doing."""
+    if plan.joining is not None or plan.leaving is not None:
+        match: tuple[str, str, str] | None = (
+            "False",
+            "ChangeUnderWay",
+            f"the operator is making the group's members the spec's ({plan.reason}: "
+            f"{plan.message})",
+        )
     else:
         match = spec_match(spec_members, statuses)
     return _with(plan, spec_match=match)

@@ -100,8 +100,7 @@ def membership_plan(
         else:
             unreachable[member] = f"/status answered {answer[0]}"
     if quiet:
-        match = membership.spec_match(spec_members, statuses)
-        return membership.MembershipPlan(spec_match=None if match[1] == "NoLeader" else match)
+        return membership.MembershipPlan(spec_match=membership.spec_match(spec_members, statuses))
     states = _backfill_states(group, statuses, hashes, logger)
     observation = membership.GroupObservation(statuses, unreachable, backfills=states)
 

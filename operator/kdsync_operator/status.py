@@ -229,7 +229,9 @@ def build_status(
             message=f"{verdict}{IN_PROGRESS_NOTE}{audit.message})",
         )
     match = membership.spec_match if membership is not None else None
-    if match is None:  # not looked at this round: the last comparison stands
+    # Not compared this round: the last comparison stands (any edit of spec.members makes
+    # the operator read the group, so one carried over is never of an older member list).
+    if match is None:
         last = old.get(MEMBERS_MATCH_SPEC)
         match = (
             (str(last.get("status")), str(last.get("reason")), str(last.get("message")))

@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         help="with --seed: members link as the sidecar's peer links do (see docs/ordering.md)",
     )
     args = parser.parse_args(argv)
+    if args.product_links and args.seed is None:
+        parser.error("--product-links replays one scenario: give --seed too")
     if args.seed is not None:
         outcome = run_scenario(replace(make_scenario(args.seed), product_links=args.product_links))
         print(outcome.report())

@@ -18,7 +18,8 @@ for a while (``refusing``), as a ``T-global`` that refuses a record too large fo
 Its frame port links every pair of members, ever (``_SimFrames``); or, with
 ``product_links``, it is the sidecar's own (``PeerLinks``) over the simulated network
 (``_SimTransport``): a member links the members of its startup file and those its
-configurations add, and refuses frames from any other, as the peer handshake does; a
+configurations add, and refuses frames from any other, as the peer handshake does (its
+comparison of startup member lists is not modelled); a
 member whose removal committed is retired and gets nothing more. The campaign does not
 use it yet: with it, a member whose log is behind a runtime addition refuses the added
 member, and cannot follow it once it leads (docs/ordering.md, "The simulator").
