@@ -32,9 +32,11 @@ from kdsync_operator.membership import conditions as membership_conditions
 from kdsync_operator.rollout import MemberObservation, RolloutPlan
 from kdsync_operator.spec import Group, SpecProblem
 
+# Whether the group's own configuration has the spec's members (membership.spec_match).
+MEMBERS_MATCH_SPEC = "MembersMatchSpec"
 CONDITION_TYPES = (
     "Ready", "Progressing", "Degraded", "Consistent", "Joining", "Backfilling", "Leaving",
-    "MembersMatchSpec",
+    MEMBERS_MATCH_SPEC,
 )  # fmt: skip
 # Appended to the Consistent message while a new audit run is under way.
 IN_PROGRESS_NOTE = " (meanwhile: "
@@ -96,8 +98,6 @@ def _rolling_member(
     return None
 
 
-# Whether the group's own configuration has the spec's members (membership.spec_match).
-MEMBERS_MATCH_SPEC = "MembersMatchSpec"
 NOT_COMPARED = (
     "Unknown",
     "NotCompared",

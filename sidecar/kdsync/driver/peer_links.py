@@ -1,7 +1,8 @@
 """The driver's frame port over the peer transport, following the group's membership.
 
-The sidecar runs it over its TCP or RDMA transport, the simulator over its network:
-both by the rules below, so the simulator refuses and drops frames as the product does.
+The sidecar runs it over its TCP or RDMA transport; the simulator runs it over its
+network in scenarios with ``product_links``, and there refuses and drops frames as the
+product does.
 
 The transport starts with the members of the startup file. When the configuration in
 use changes (``FrameSender.follow_configuration``), or a recovering witness hears of one

@@ -19,10 +19,10 @@ Its frame port links every pair of members, ever (``_SimFrames``); or, with
 ``product_links``, it is the sidecar's own (``PeerLinks``) over the simulated network
 (``_SimTransport``): a member links the members of its startup file and those its
 configurations add, and refuses frames from any other, as the peer handshake does (its
-comparison of startup member lists is not modelled); a
-member whose removal committed is retired and gets nothing more. The campaign does not
-use it yet: with it, a member whose log is behind a runtime addition refuses the added
-member, and cannot follow it once it leads (docs/ordering.md, "The simulator").
+comparison of startup member lists is not modelled); a member whose removal committed is
+retired and gets nothing more. The campaign does not use it yet: with it, a member whose
+log is behind a runtime addition refuses the added member, and cannot follow it once it
+leads (docs/ordering.md, "The simulator").
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ class SimMember:
         self.is_witness = group.is_witness(name)
         self.kafka = kafka or SimKafka()
         self.driver: MemberDriver | None = None
-        self.links: PeerLinks | None = None  # the frame port of the running process
+        self._links: PeerLinks | None = None  # with product_links: the running process's
         self._transport: _SimTransport | None = None
         self.crash_in_ready = 0.0  # chance to die when an operation completes
         self.refusing = False  # T-global refuses every transaction: the member halts
@@ -231,7 +231,7 @@ class SimMember:
         if self.product_links:
             # A process starts with the links of its startup file, as the sidecar does.
             self._transport = _SimTransport(self)
-            frames = self.links = PeerLinks(self._transport)
+            frames = self._links = PeerLinks(self._transport)
         ports = DriverPorts(
             None if self.is_witness else _SimLogPort(self),
             None if self.is_witness else _SimDeliveryPort(self),
@@ -256,7 +256,7 @@ class SimMember:
         self._batches.clear()
         self._proposals.clear()
         self.driver = None
-        self.links = self._transport = None
+        self._links = self._transport = None
         self.down_since = self.now
 
     # ------------------------------------------------------------------ one tick
@@ -293,8 +293,8 @@ class SimMember:
         while self._proposals:
             driver.propose_configuration(self._proposals.popleft())
         driver.tick()
-        if self.links is not None:
-            self.links.retire_departed(driver.node)  # as the sidecar does every tick
+        if self._links is not None:
+            self._links.retire_departed(driver.node)  # as the sidecar does every tick
         if not self.is_witness and (self._read_sources() or self._batches):
             driver.sources_ready()
         while self._inbox and self.driver is not None and (not budget or self._cpu > 0):
