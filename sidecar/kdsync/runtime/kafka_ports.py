@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -48,9 +49,10 @@ class _LoopPort:
 
 
 class KafkaLogPort(_LoopPort):
-    def __init__(self, store: LogStore) -> None:
+    def __init__(self, store: LogStore, metrics: SidecarMetrics) -> None:
         super().__init__()
         self._store = store
+        self._metrics = metrics
         self._trimming = False
 
     def persist(
@@ -73,6 +75,7 @@ class KafkaLogPort(_LoopPort):
 
     async def _load(self, spans: list[tuple[int, int]], max_bytes: int) -> None:
         found: list[Entry] = []
+        started = time.monotonic()
         try:
             for first, last in spans:  # each bounded on its own (LogPort.load)
                 found.extend(await asyncio.to_thread(self._store.load, first, last, max_bytes))
@@ -85,6 +88,8 @@ class KafkaLogPort(_LoopPort):
             log.exception("reading the ordering log back failed")
             self._bound().load_failed(f"{type(exc).__name__}: {exc}")
             return
+        self._metrics.log_readback_seconds.observe(time.monotonic() - started)
+        self._metrics.log_readback_entries.inc(len(found))
         self._bound().entries_loaded(found)
 
     def trim(self, below_index: int) -> None:

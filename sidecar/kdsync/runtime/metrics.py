@@ -77,6 +77,19 @@ class SidecarMetrics:
             buckets=_COMMIT_BUCKETS,
             registry=r,
         )
+        # A member catching up is sent entries its leader reads back from Kafka: when
+        # catch-up is slow, these say whether the read-backs are why.
+        self.log_readback_seconds = Histogram(
+            "kdsync_log_readback_seconds",
+            "Duration of one read-back of ordering-log entries from Kafka",
+            buckets=_COMMIT_BUCKETS,
+            registry=r,
+        )
+        self.log_readback_entries = Counter(
+            "kdsync_log_readback_entries",
+            "Ordering-log entries read back from Kafka (for lagging peers or own applying)",
+            registry=r,
+        )
         self.transactions = Counter(
             "kdsync_transactions",
             "T-global transactions by outcome",

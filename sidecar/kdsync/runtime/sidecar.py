@@ -164,7 +164,7 @@ class Sidecar:
         log_port = delivery_port = None
         source_port = None
         if self._cluster is not None:
-            log_port = KafkaLogPort(self._cluster.log_store)
+            log_port = KafkaLogPort(self._cluster.log_store, self.metrics)
             delivery_port = KafkaDeliveryPort(self._cluster.writer, self.metrics)
             source_port = KafkaSourcePort(self._cluster.reader)
         ticks_per_second = 1000 / config.ordering.tick_ms

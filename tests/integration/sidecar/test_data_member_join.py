@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -133,14 +134,61 @@ class _Lines:
         return "\n".join(f"[{at:6.1f}s] {line}" for at, line in self._read_at[-60:])
 
 
-def _catching_up(group: LocalSidecarGroup, lines: _Lines) -> str:
-    """Why m4 may not vote yet: how far it applied against the others, and its log's end."""
-    applied = {
-        m: {k: (group.status(m) or {}).get(k) for k in ("role", "appliedIndex", "commitIndex")}
-        for m in group.members
+class _CatchUp:
+    """Why m4 may not vote yet, rates first (CI's output keeps a failure's start): how
+    fast m4 applied against the group since its sidecar started, the leader's read-backs
+    of its ordering log (what a member that far behind is sent), and m4's log's end."""
+
+    def __init__(self, group: LocalSidecarGroup, lines: _Lines) -> None:
+        self._group = group
+        self._lines = lines
+        self._began = time.monotonic()
+        self._start = self._applied()
+
+    def _applied(self) -> dict[str, int]:
+        return {
+            m: int((self._group.status(m) or {}).get("appliedIndex") or 0)
+            for m in self._group.members
+        }
+
+    def describe(self) -> str:
+        group = self._group
+        seconds = max(time.monotonic() - self._began, 1e-3)
+        now = self._applied()
+        rates = {m: round((now[m] - self._start.get(m, 0)) / seconds) for m in now}
+        statuses = {m: group.status(m) or {} for m in group.members}
+        leader = next((m for m, s in statuses.items() if s.get("role") == "leader"), None)
+        readback = _readback_figures(group.members[leader].http) if leader else "no leader"
+        applied = {
+            m: {k: s.get(k) for k in ("role", "appliedIndex", "knownCommit", "memberLag")}
+            for m, s in statuses.items()
+        }
+        log = group.members["m4"].log_path.read_text().splitlines()[-15:]
+        return (
+            f"entries applied per second over {seconds:.0f}s: {json.dumps(rates)}; "
+            f"leader {leader}'s read-backs: {readback}\n{json.dumps(applied)}\n"
+            f"{self._lines.text}\n--- m4's log:\n" + "\n".join(log)
+        )
+
+
+def _readback_figures(http: str) -> str:
+    try:
+        with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        return f"unreadable ({exc})"
+    found = {
+        name: float(value)
+        for name, value in re.findall(
+            r"^(kdsync_log_readback_(?:seconds_count|seconds_sum|entries_total)) (\S+)$",
+            text,
+            re.MULTILINE,
+        )
     }
-    log = group.members["m4"].log_path.read_text().splitlines()[-15:]
-    return f"{json.dumps(applied)}\n{lines.text}\n--- m4's log:\n" + "\n".join(log)
+    count = found.get("kdsync_log_readback_seconds_count", 0.0)
+    mean = found.get("kdsync_log_readback_seconds_sum", 0.0) / count if count else 0.0
+    entries = found.get("kdsync_log_readback_entries_total", 0.0)
+    return f"{count:.0f} taking {mean:.2f}s on average, {entries:.0f} entries"
 
 
 # Alone it takes about 5 minutes; CI runs three lanes on two cores, where Spark's starts
@@ -242,12 +290,9 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
             there = [int(m.group(1)) for m in found if m is not None]
             assert there and there[0] > 0, lines.text
             group.start_member("m4")
-            wait_for(
-                "m4 to vote",
-                lambda: second.poll() is not None,
-                600,
-                lambda: _catching_up(group, lines),
-            )
+            catch_up = _CatchUp(group, lines)
+            wait_for("m4 to vote", lambda: second.poll() is not None, 600, catch_up.describe)
+            caught_up = catch_up.describe().splitlines()[0]
             phase("m4 votes")
             pauses["m4 joins (learner, backfill killed and resumed, voter)"] = pause_watch.stop()
             assert second.returncode == 0, lines.text
@@ -285,6 +330,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
         assert report["checked"]["events"] >= sum(totals.values()), report["checked"]
         print("\n--- killed run:\n" + first_lines.text + "\n--- second run:\n" + lines.text)
         print(f"test phases (s since the test began): {json.dumps(phases)}")
+        print(f"m4's catch-up until it voted: {caught_up}")
         (tmp_path / "join-pauses.json").write_text(json.dumps(pauses))
         print(f"longest gap in delivery at the first three members: {json.dumps(pauses)}")
 
