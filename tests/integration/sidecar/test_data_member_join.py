@@ -15,12 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from kdsync import naming
 from kdsync.audit.command import main as audit_main
@@ -31,6 +32,7 @@ from kdsync.verification.traffic import Traffic
 from tests.integration.sidecar.harness import (
     PARTITIONS,
     brief_status,
+    http_get,
     start_watched,
     verify_group,
     wait_for,
@@ -143,47 +145,52 @@ class _CatchUp:
         self._group = group
         self._lines = lines
         self._began = time.monotonic()
-        self._start = self._applied()
+        self._start = _applied(self._statuses())
 
-    def _applied(self) -> dict[str, int]:
-        return {
-            m: int((self._group.status(m) or {}).get("appliedIndex") or 0)
-            for m in self._group.members
-        }
+    def _statuses(self) -> dict[str, dict[str, Any]]:
+        return {m: self._group.status(m) or {} for m in self._group.members}
+
+    def rates(self, statuses: dict[str, dict[str, Any]] | None = None) -> str:
+        """Entries applied per second by each member since m4 started, and the leader's
+        read-backs."""
+        statuses = self._statuses() if statuses is None else statuses
+        seconds = max(time.monotonic() - self._began, 1e-3)
+        now = _applied(statuses)
+        rates = {m: round((now[m] - self._start.get(m, 0)) / seconds) for m in now}
+        leader = next((m for m, s in statuses.items() if s.get("role") == "leader"), None)
+        readback = _readback_figures(self._group.members[leader].http) if leader else "none"
+        return (
+            f"entries applied per second over {seconds:.0f}s: {json.dumps(rates)}; "
+            f"leader {leader}'s read-backs: {readback}"
+        )
 
     def describe(self) -> str:
-        group = self._group
-        seconds = max(time.monotonic() - self._began, 1e-3)
-        now = self._applied()
-        rates = {m: round((now[m] - self._start.get(m, 0)) / seconds) for m in now}
-        statuses = {m: group.status(m) or {} for m in group.members}
-        leader = next((m for m, s in statuses.items() if s.get("role") == "leader"), None)
-        readback = _readback_figures(group.members[leader].http) if leader else "no leader"
+        statuses = self._statuses()
         applied = {
             m: {k: s.get(k) for k in ("role", "appliedIndex", "knownCommit", "memberLag")}
             for m, s in statuses.items()
         }
-        log = group.members["m4"].log_path.read_text().splitlines()[-15:]
+        log = self._group.members["m4"].log_path.read_text().splitlines()[-15:]
         return (
-            f"entries applied per second over {seconds:.0f}s: {json.dumps(rates)}; "
-            f"leader {leader}'s read-backs: {readback}\n{json.dumps(applied)}\n"
+            f"{self.rates(statuses)}\n{json.dumps(applied)}\n"
             f"{self._lines.text}\n--- m4's log:\n" + "\n".join(log)
         )
 
 
+def _applied(statuses: dict[str, dict[str, Any]]) -> dict[str, int]:
+    return {m: int(s.get("appliedIndex") or 0) for m, s in statuses.items()}
+
+
 def _readback_figures(http: str) -> str:
+    """The read-back count, mean duration and entries on a member's /metrics."""
     try:
-        with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as response:
-            text = response.read().decode()
+        _, text = http_get(http, "/metrics")
     except OSError as exc:
         return f"unreadable ({exc})"
     found = {
-        name: float(value)
-        for name, value in re.findall(
-            r"^(kdsync_log_readback_(?:seconds_count|seconds_sum|entries_total)) (\S+)$",
-            text,
-            re.MULTILINE,
-        )
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
     }
     count = found.get("kdsync_log_readback_seconds_count", 0.0)
     mean = found.get("kdsync_log_readback_seconds_sum", 0.0) / count if count else 0.0
@@ -292,7 +299,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
             group.start_member("m4")
             catch_up = _CatchUp(group, lines)
             wait_for("m4 to vote", lambda: second.poll() is not None, 600, catch_up.describe)
-            caught_up = catch_up.describe().splitlines()[0]
+            caught_up = catch_up.rates()
             phase("m4 votes")
             pauses["m4 joins (learner, backfill killed and resumed, voter)"] = pause_watch.stop()
             assert second.returncode == 0, lines.text
