@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from kdsync.driver.peer_links import PeerLinks
+from kdsync.ordering import Configuration
 from kdsync.pki import make_group_pki
 from kdsync.transport import (
     LinkStatus,
@@ -614,6 +616,63 @@ def test_a_member_added_at_runtime_is_dialled_and_accepted(
 
             assert "c" not in b.peers
             assert c.peer_states()["b"].outbound is not LinkStatus.CONNECTED
+
+    run(main)
+
+
+def test_a_member_behind_an_addition_links_the_added_member_when_it_dials(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """b's log is behind c's addition: its peers are a and b only, its configuration at
+    log index 5. c dials it saying its membership comes from its log, where it listens
+    and where its configuration stands; b's own peer links (``PeerLinks`` over this
+    ``TcpTransport``) take c once that index is past b's, b dials c back there, and
+    frames flow both ways. While c says nothing of the kind, or gives an index not past
+    b's (a member that left), b refuses it; a hello claiming another member than its
+    certificate names is refused either way."""
+    configs = group_configs(pki, ["a", "b", "c"])
+    ab = {m: configs["a"].peers[m] for m in ("a", "b")}
+    b_config = replace(configs["b"], peers=ab, agreement=_agreement("a", "b"))
+    # c's file gives it an address the others cannot use; the log's (kdsync members add
+    # --peer) is where it listens, and its hello must give that one.
+    c_peers = {**configs["c"].peers, "c": "127.0.0.1:1"}
+    c_config = replace(configs["c"], peers=c_peers, agreement=_agreement("a", "b", "c"))
+    port = int(b_config.listen.rsplit(":", 1)[1])
+
+    async def main() -> None:
+        async with running(b_config, c_config) as (b, c):
+            links = PeerLinks(b)
+            links.follow_configuration(Configuration(("a", "b")), 5)
+            assert b.config_index == 5 and b.introduce is not None
+            await wait_until(lambda: b.rejected_connections > 0, "b refuses c, a stranger")
+            assert not connected(c, "b")()
+
+            c.membership_changed = True
+            c.advertised_address = c_config.listen
+            c.config_index = 3
+            refused = b.rejected_connections
+            await wait_until(
+                lambda: b.rejected_connections > refused, "c's index is not past b's: refused"
+            )
+            assert "c" not in b.peers and not connected(c, "b")()
+
+            c.config_index = 7
+            await wait_until(connected(c, "b"), "c's dial is taken")
+            assert b.peer_states()["c"].address == c_config.listen
+            await wait_until(connected(b, "c"), "b dials c back at the hello's address")
+            await assert_delivers(c, b, b"append from the added member")
+            await assert_delivers(b, c, b"b answers it")
+            assert set(b.peers) == {"a", "c"}
+
+            refused = b.rejected_connections
+            claims_c = encode_frame(
+                b'{"kdsync":"hello","version":1,"group":"%s","member":"d",'
+                b'"membershipChanged":true,"address":"127.0.0.1:9","configIndex":9}'
+                % GROUP.encode()
+            )
+            assert await intrude(port, client_context(pki["c"]), [claims_c]) == b""
+            await wait_until(lambda: b.rejected_connections > refused, "b refuses the impostor")
+            assert set(b.peers) == {"a", "c"}
 
     run(main)
 

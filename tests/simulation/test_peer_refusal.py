@@ -5,9 +5,15 @@ operator starts one before it proposes it) hears nothing until the change is in 
 others' logs. The simulator's own network lets any member in: such a witness recovered
 from the group at once.
 
-With them, CI seeds 1000407 and 1001271 find a liveness gap of the product (pinned
-below): a member whose log is behind a data member's runtime addition refuses that
-member, and once it leads, the lagging member never hears a leader again."""
+With them, CI seeds found two liveness gaps (now closed) of a member whose log is behind
+a data member's runtime addition: it refused the added member (1000407, 1001271), or
+retired it because the configuration it was seeded with did not name it (1005408,
+1007066, 1009835), and once that member led, the lagging one could not answer it. A
+member whose membership comes from its log now says so when it dials, with where it
+listens and its configuration index (the hello's ``membershipChanged``, ``address`` and
+``configIndex``), and a member whose configuration is older links it
+(``PeerLinks.heard_from``) and keeps it until its own catches up (docs/ordering.md,
+"The simulator")."""
 
 from __future__ import annotations
 
@@ -51,7 +57,7 @@ def test_a_witness_started_before_its_addition_hears_nothing_until_the_change_is
         nonlocal now
         now += 1
         for sender, receiver, frame in network.due(now):
-            members[receiver].deliver(sender, frame)
+            members[receiver].deliver(sender, frame, members[sender].hello_config_index)
         for member in members.values():
             member.step(now)
 
@@ -87,27 +93,11 @@ def test_a_witness_started_before_its_addition_hears_nothing_until_the_change_is
     assert "x" in witness.node.config.members
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap: a member whose log is behind a runtime addition refuses the added "
-    "member's connections (its startup file does not name it), and cannot hear it once it "
-    "leads; it needs the refused member's configuration or address (docs/ordering.md)",
-)
-@pytest.mark.parametrize("seed", [1000407, 1001271])
+@pytest.mark.parametrize("seed", [1000407, 1001271, 1005408, 1007066, 1009835])
 def test_a_member_behind_a_runtime_addition_follows_the_added_member_when_it_leads(
     seed: int,
 ) -> None:
+    """The lagging member takes the added leader's link (it dialled with its membership
+    from its log), answers it, and catches up to the configuration that adds it."""
     outcome = run_scenario(replace(make_scenario(seed), product_links=True))
     assert outcome.ok, outcome.report()
-
-
-@pytest.mark.parametrize("seed", [1000407, 1001271])
-def test_the_campaigns_network_lets_the_lagging_member_hear_the_added_leader(seed: int) -> None:
-    """Why the campaign runs without the product's links until the gap is closed: the
-    same scenarios pass on the network that links every pair, and fail with the links
-    only because the lagging member delivers nothing (the gap's symptom). Once the gap
-    is closed, this test and the xfail above go."""
-    assert run_scenario(make_scenario(seed)).ok
-    report = run_scenario(replace(make_scenario(seed), product_links=True)).report()
-    assert "has nothing delivered" in report, report

@@ -29,14 +29,15 @@ SCENARIOS = int(os.environ.get("KDSYNC_SIM_SCENARIOS", "10000"))
 def test_ten_thousand_scenarios_keep_every_property() -> None:
     """Agreement, exactly-once, origin order, fidelity, gapless sequence numbers, and
     delivery of every event within a bound once the group heals, over mixed 2, 3, 5 and
-    7 member groups (with and without witnesses) under crashes, partitions, drops,
-    duplicates, delays and reordering, overload, and leaders crashed or cut off at
-    commit time."""
+    7 member groups (with and without witnesses; linked as the sidecar's peer links do,
+    or every pair) under crashes, partitions, drops, duplicates, delays and reordering,
+    overload, and leaders crashed or cut off at commit time."""
     result = run_campaign(first_seed=1_000_000, scenarios=SCENARIOS)
     print(result.summary())
     assert result.scenarios == SCENARIOS
     assert {2, 3, 5, 7} <= set(result.by_size), result.by_size
     assert {"faults", "overload", "churn"} <= set(result.by_shape), result.by_shape
+    assert {"product", "every-pair"} <= set(result.by_links), result.by_links
     assert result.ok, result.summary()
 
 

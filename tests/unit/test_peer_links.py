@@ -44,6 +44,9 @@ class FakeTransport:
     member: str
     known: dict[str, str]
     membership_changed: bool = False
+    introduce: Callable[[str, str, int], bool] | None = None
+    advertised_address: str | None = None
+    config_index: int = 0
     added: list[tuple[str, str]] = field(default_factory=list)
     sent: list[tuple[str, bytes]] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)
@@ -61,12 +64,14 @@ class FakeTransport:
         return True
 
     def add_peer(self, peer: str, address: str) -> bool:
-        if peer == self.member or self.known.get(peer) == address:
+        if peer == self.member or (self.known.get(peer) == address and peer not in self.retired):
             return False
         validate_member_name(peer)
         parse_address(address)
         self.added.append((peer, address))
         self.known[peer] = address
+        if peer in self.retired:
+            self.retired.remove(peer)  # back from retirement, as TcpTransport does
         return True
 
     def retire_peer(self, peer: str) -> bool:
@@ -89,6 +94,7 @@ def test_a_member_added_with_an_address_is_dialled_and_frames_reach_it() -> None
     links.follow_configuration(config, 9)
     assert transport.added == [("w", W_ADDRESS)], "only the member with an address"
     assert transport.membership_changed is True
+    assert transport.advertised_address is None, "a's address is its startup file's"
     assert links.send("w", b"append") is True
     assert transport.sent == [("w", b"append")]
 
@@ -143,6 +149,111 @@ def test_an_unusable_address_in_the_log_is_logged_not_raised(
         "no port here" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records
     )
     assert links.send("w", b"x") is False
+
+
+@dataclass
+class _NodeView:
+    """What ``retire_departed`` reads of a node."""
+
+    config: Configuration
+    config_index: int
+    commit_index: int
+    role: Role = Role.FOLLOWER
+
+    def status(self) -> _NodeView:
+        return self
+
+
+def test_a_member_that_dials_before_our_log_names_it_is_linked_until_a_removal_commits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Our log is behind m3's addition: m3's dial (its membership from its log) is taken
+    and answered at the address its hello gave; being outside our configuration does not
+    retire it, a committed configuration that removes it does."""
+    links, transport = _links("a", "b", "c")
+    startup = Configuration(("a", "b", "c"))
+    links.follow_configuration(startup.without("c"), 5)  # our log: c left at index 5
+    assert transport.introduce is not None, "the links answer the transport's question"
+    assert transport.introduce("m3", "10.0.0.3:7400", 12) is True
+    assert transport.added == [("m3", "10.0.0.3:7400")]
+    assert links.send("m3", b"append reply") is True
+    assert transport.introduce("m3", "10.0.0.3:7400", 12) is True, "linked already"
+    assert len(transport.added) == 1, "not dialled twice"
+    assert transport.introduce("a", "10.0.0.1:1", 12) is False, "ourselves"
+    assert transport.introduce("m4", "no port", 12) is False
+    assert any("m4" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+    assert links.send("m4", b"x") is False
+    # A member whose configuration is not past ours, which does not name it, left the
+    # group (or never joined): not linked.
+    assert transport.introduce("old", "10.0.0.7:7400", 5) is False
+    assert links.send("old", b"x") is False
+
+    node = cast(OrderingNode, _NodeView(startup.without("c"), 5, 10))
+    assert links.retire_departed(node) == ["c"], "m3 is not retired for being unknown to us"
+    # Our log catches up: the configuration that added m3 (the log's address wins) ...
+    added = Configuration(
+        ("a", "b", "c", "m3"), addresses=(("m3", "10.0.0.3:7500"), ("a", "10.0.0.1:7600"))
+    )
+    links.follow_configuration(added, 12)
+    assert transport.added[-1] == ("m3", "10.0.0.3:7500")
+    assert transport.advertised_address == "10.0.0.1:7600", "what our hellos give"
+    # ... and, later, one that removes it: once that commits, m3 is retired.
+    node = cast(OrderingNode, _NodeView(startup, 20, 20))
+    assert links.retire_departed(node) == ["m3"]
+
+
+def test_an_introduced_member_is_retired_once_our_committed_configuration_passes_its_own() -> None:
+    """A member linked because it dialled us (its configuration at index 12) whose addition
+    our log never shows (it was cut): once our committed configuration is at 12 or past it
+    without naming it, it is retired, not linked for good."""
+    links, transport = _links("a", "b", "c")
+    assert transport.introduce is not None
+    assert transport.introduce("m3", "10.0.0.3:7400", 12) is True
+    startup = Configuration(("a", "b", "c"))
+    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 11, 11))) == []
+    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 12, 11))) == [], (
+        "not committed yet"
+    )
+    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 12, 12))) == ["m3"]
+
+
+def test_a_member_our_older_configuration_retired_is_linked_again_when_it_dials_from_a_newer() -> (
+    None
+):
+    """A new member seeded before another's addition (CI seed 1005408): its startup file
+    names m3, but the configuration it was seeded with does not, so it retires m3; m3,
+    added since and now leading, dials it with its configuration at index 41. Retired for
+    good, the new member could not answer m3's Appends and would never catch up."""
+    links, transport = _links("m4", "m0", "m1", "m3")
+    seeded = Configuration(("m0", "m1", "m4"))
+    links.follow_configuration(seeded, 0)
+    node = cast(OrderingNode, _NodeView(seeded, 0, 5))
+    assert links.retire_departed(node) == ["m3"]
+    assert links.send("m3", b"x") is False
+    assert transport.introduce is not None
+    assert transport.introduce("m3", "10.0.0.3:7400", 41) is True
+    assert transport.added[-1] == ("m3", "10.0.0.3:7400")
+    assert links.send("m3", b"append reply") is True
+    assert links.retire_departed(node) == [], "not while our configuration is behind m3's"
+    # A member that left, dialling with a configuration no newer than ours, stays retired.
+    links.follow_configuration(Configuration(("m0", "m1", "m3", "m4")), 41)
+    gone = cast(OrderingNode, _NodeView(Configuration(("m0", "m3", "m4")), 50, 50))
+    assert links.retire_departed(gone) == ["m1"]
+    assert transport.introduce("m1", "10.0.0.1:7400", 30) is False
+    assert links.send("m1", b"x") is False
+
+
+def test_a_claim_heard_before_retirement_keeps_the_link() -> None:
+    """m3's connection came in (its hello at index 41) before our first look at our
+    configuration, which does not name it: the link it made must not be retired, since
+    no new hello would come to undo it."""
+    links, transport = _links("m4", "m0", "m1", "m3")
+    assert transport.introduce is not None
+    assert transport.introduce("m3", "10.0.0.1:7402", 41) is True
+    assert transport.added == [], "linked already: nothing to dial"
+    seeded = Configuration(("m0", "m1", "m4"))
+    assert links.retire_departed(cast(OrderingNode, _NodeView(seeded, 0, 5))) == []
+    assert links.retire_departed(cast(OrderingNode, _NodeView(seeded, 41, 41))) == ["m3"]
 
 
 # ---------------------------------------------------------------- in the driver

@@ -10,12 +10,17 @@ use changes (``FrameSender.follow_configuration``), or a recovering witness hear
 configuration entry carries, and accepted from then on; that happens before the driver
 sends it anything. An address recorded in the log wins over the startup file's. Members
 that left are retired (``retire_departed``) once their removal commits: until then the
-change may still be cut from the log.
+change may still be cut from the log. A member that dials us saying its membership comes
+from its log, at a configuration index past ours, is linked at the address it gives
+(``heard_from``), even if we do not know it or retired it: it was added (or added again)
+while our log is behind, and may lead. It stays linked until our committed configuration
+reaches its index without naming it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from kdsync.ordering import Configuration, OrderingNode, Role
@@ -39,6 +44,15 @@ class LinkedPeers(Protocol):
         """Every member linked since start, retired ones included."""
         ...
 
+    # Called by the transport when a member dials it saying its membership comes from its
+    # log, where it listens and its configuration index: True if it is linked now.
+    introduce: Callable[[str, str, int], bool] | None
+    # Where our configuration stands in our log: our hellos give it.
+    config_index: int
+    # Where our configuration says we listen: our hellos give it to a member that does
+    # not know us yet (None: the startup file's entry).
+    advertised_address: str | None
+
     def send(self, peer: str, frame: bytes) -> bool:
         """False if dropped (retired, queue full, closed); ValueError for a stranger."""
         ...
@@ -59,6 +73,12 @@ class PeerLinks:
         self._known = set(transport.peers)  # a set: send looks here for every frame
         self._unreachable: set[str] = set()  # logged once each
         self._dropped: set[str] = set()  # logged once each
+        # Members that dialled us (heard_from) with a configuration past ours -> the
+        # highest index their hellos gave: not retired for being outside our
+        # configuration until ours, committed, reaches that index.
+        self._introduced: dict[str, int] = {}
+        self._retired: set[str] = set()  # by retire_departed, and not linked again since
+        transport.introduce = self.heard_from
 
     def send(self, peer: str, frame: bytes) -> bool:
         if peer not in self._known:
@@ -70,6 +90,8 @@ class PeerLinks:
 
     def follow_configuration(self, config: Configuration, index: int) -> None:
         self.transport.membership_changed = index > 0
+        self.transport.config_index = index
+        self.transport.advertised_address = config.address_of(self.transport.member)
         self._reach(config, index)
 
     def reach_members(self, config: Configuration) -> None:
@@ -101,7 +123,53 @@ class PeerLinks:
                 log.error("member %s's address %r cannot be used: %s", member, address, exc)
                 continue
             self._known.add(member)
+            self._retired.discard(member)
             self._dropped.discard(member)
+
+    def heard_from(self, peer: str, address: str, config_index: int) -> bool:
+        """``peer`` dialled us, saying its membership comes from its log, where it
+        listens, and that its configuration stands at ``config_index`` of its log. Past
+        ours, it may be a member added (or added again) while our log is behind, which
+        our startup file does not name or our older configuration made us retire: link
+        it there, so that we can answer its Appends and catch up to the configuration
+        that adds it (refused, it would lead without us for good), and do not retire it
+        until our committed configuration reaches that index. True if it is linked now;
+        False for ourselves, an unusable address, or a member we do not link whose
+        configuration is not past ours (one that left the group, or never joined)."""
+        if peer == self.transport.member:
+            return False
+        linked = peer in self._known and peer not in self._retired
+        if config_index <= self.transport.config_index:
+            if not linked:
+                log.info(
+                    "refused member %s: its configuration (log index %d) is not past ours "
+                    "(%d), which does not name it",
+                    peer,
+                    config_index,
+                    self.transport.config_index,
+                )
+            return linked
+        if not linked:
+            try:
+                self.transport.add_peer(peer, address)
+            except ValueError as exc:
+                log.error(
+                    "member %s dialled us from an unusable address %r: %s", peer, address, exc
+                )
+                return False
+            self._known.add(peer)
+            self._retired.discard(peer)
+            self._dropped.discard(peer)
+            log.info(
+                "linked member %s at %s: it dialled us with a configuration past ours "
+                "(log index %d against %d)",
+                peer,
+                address,
+                config_index,
+                self.transport.config_index,
+            )
+        self._introduced[peer] = max(config_index, self._introduced.get(peer, 0))
+        return True
 
     def retire_departed(self, node: OrderingNode) -> list[str]:
         """Stop dialling the members outside the configuration in force, once it is
@@ -111,10 +179,17 @@ class PeerLinks:
         if node.role == Role.RECOVERING or node.config_index > node.status().commit_index:
             return []
         members = set(node.config.members)
+        settled = [p for p, index in self._introduced.items() if index <= node.config_index]
+        for name in settled:  # our committed configuration got that far without it
+            del self._introduced[name]
         # They stay known: frames a removed member still draws (refused votes) are
         # dropped by the transport without a word, as for any retired peer.
-        return [
+        retired = [
             name
             for name in self.transport.peers
-            if name not in members and self.transport.retire_peer(name)
+            if name not in members
+            and name not in self._introduced
+            and self.transport.retire_peer(name)
         ]
+        self._retired.update(retired)
+        return retired

@@ -18,11 +18,12 @@ for a while (``refusing``), as a ``T-global`` that refuses a record too large fo
 Its frame port links every pair of members, ever (``_SimFrames``); or, with
 ``product_links``, it is the sidecar's own (``PeerLinks``) over the simulated network
 (``_SimTransport``): a member links the members of its startup file and those its
-configurations add, and refuses frames from any other, as the peer handshake does (its
-comparison of startup member lists is not modelled); a member whose removal committed is
-retired and gets nothing more. The campaign does not use it yet: with it, a member whose
-log is behind a runtime addition refuses the added member, and cannot follow it once it
-leads (docs/ordering.md, "The simulator").
+configurations add, and refuses frames from any other unless that member's membership
+comes from its log at a configuration index past its own (what its hello says), as the
+peer handshake does (its comparison of
+startup member lists is not modelled); a member whose removal committed is retired and
+gets nothing more. The campaign draws one or the other for each seed (docs/ordering.md,
+"The simulator").
 """
 
 from __future__ import annotations
@@ -261,11 +262,27 @@ class SimMember:
 
     # ------------------------------------------------------------------ one tick
 
-    def deliver(self, sender: str, frame: bytes) -> None:
+    def deliver(self, sender: str, frame: bytes, sender_config_index: int) -> None:
         """A frame arrives; with ``product_links``, from a member this process has no
-        link with, it is refused (the handshake's "is not another member")."""
-        if self.driver is not None and (self._transport is None or self._transport.knows(sender)):
+        link with, it is refused (the handshake's "is not another member"). Every frame
+        stands for a hello too: one whose sender's membership comes from its log
+        (``sender_config_index`` > 0, the hello's ``membershipChanged``) is first told to
+        the links (``introduce``), which may link a member added while our log is behind,
+        or one we retired. (The product hears a hello once per connection; hearing one
+        with every frame lets the simulator link sooner, never later.)"""
+        if self.driver is None:
+            return
+        transport = self._transport
+        if transport is not None and sender_config_index > 0 and transport.introduce is not None:
+            transport.introduce(sender, f"{sender}.sim:1", sender_config_index)
+        if transport is None or transport.knows(sender):
             self._inbox.append((sender, frame))
+
+    @property
+    def hello_config_index(self) -> int:
+        """Where this process's configuration stands in its log, as its hello says (0:
+        its startup file's, or no product links)."""
+        return self._transport.config_index if self._transport is not None else 0
 
     def propose(self, config: Configuration) -> None:
         """Ask this member for a membership change; it answers at its next step."""
@@ -471,6 +488,9 @@ class _SimTransport:
     def __init__(self, member: SimMember) -> None:
         self._m = member
         self.membership_changed = False
+        self.introduce: Callable[[str, str, int], bool] | None = None  # set by PeerLinks
+        self.config_index = 0
+        self.advertised_address: str | None = None
         self._retired: dict[str, bool] = {
             name: False for name in member.group.members if name != member.name
         }

@@ -133,7 +133,8 @@ def run_scenario(
         operator.drive(now)
         for sender, receiver, frame in network.due(now):
             if receiver in members:  # (a member added but not started yet: lost)
-                members[receiver].deliver(sender, frame)
+                index = members[sender].hello_config_index if sender in members else 0
+                members[receiver].deliver(sender, frame, index)
         for member in order:
             member.step(now)
         if armed:

@@ -64,7 +64,7 @@ class Scenario:
     burst: int = 1  # events per source partition each time one is produced
     shape: str = "faults"  # or "overload", "churn"
     membership: tuple[MembershipStep, ...] = ()
-    # Members link as the sidecar's PeerLinks do (simulation.member); off in the campaign.
+    # Members link as the sidecar's PeerLinks do (simulation.member); in half the campaign.
     product_links: bool = False
 
     def describe(self) -> str:
@@ -133,8 +133,13 @@ def make_scenario(seed: int) -> Scenario:
         per_tick = scenario.produce_rate * scenario.burst * partitions
         full = round(per_tick * ticks) // scenario.limits.max_events_per_transaction
         settle += interval * (2 * full + 1)
+    # In half, members link as the sidecar's peer links do, refusing whom the handshake
+    # refuses; in the others every pair is linked, which lets the core meet frames the
+    # product's links keep from it (drawn apart, as above; docs/ordering.md).
+    product_links = random.Random(f"links-{seed}").random() < 0.5
     return replace(
         scenario,
+        product_links=product_links,
         timing=timing,
         halted=halted,
         halted_restart_at=restart_at,

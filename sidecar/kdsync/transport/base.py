@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -148,6 +149,20 @@ class PeerTransport(Protocol):
     membership_changed: bool
     """Set once this member's membership comes from its log: the peer handshake then
     no longer compares the startup files' member lists."""
+
+    advertised_address: str | None
+    """Where the log says this member listens (``kdsync members add --peer``), which its
+    hello gives when its membership changed; None: its startup file's own entry."""
+
+    introduce: Callable[[str, str, int], bool] | None
+    """Told, before the welcome, of a member that dials us saying its membership comes
+    from its log, where it listens and where its configuration stands in its log; it may
+    link that member (one added while our log is behind, even one we retired) or keep
+    it from being retired. True if it is linked now (``PeerLinks.heard_from``)."""
+
+    config_index: int
+    """Where this member's configuration stands in its log (0: its startup file's), which
+    its hello gives with ``membershipChanged``."""
 
     @property
     def rejected_connections(self) -> int:

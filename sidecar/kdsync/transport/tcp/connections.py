@@ -138,6 +138,14 @@ class TcpTransport:
         # Set once this member's membership comes from its log (changed at runtime): the
         # handshake then stops comparing startup member lists (``handshake``).
         self.membership_changed = False
+        # Set by the driver's peer links: told of a member that dials us with its
+        # membership from its log (``handshake``); may link it (added while our log is
+        # behind) or keep it from being retired. True if it is linked now.
+        self.introduce: Callable[[str, str, int], bool] | None = None
+        # Where our configuration stands in our log (0: the startup file's), for hellos.
+        self.config_index = 0
+        # Where the log says we listen (kdsync members add --peer), for our hellos.
+        self.advertised_address: str | None = None
         self._inbound = InboundBuffer(config.max_inbound_bytes)
         self._server_ssl: ssl.SSLContext | None = None
         self._client_ssl: ssl.SSLContext | None = None
@@ -396,6 +404,8 @@ class TcpTransport:
                 tls=self._client_ssl is not None,
                 rdma=self.offers_rdma,
                 membership_changed=self.membership_changed,
+                own_address=self.advertised_address or self.config.peers.get(self.config.member),
+                config_index=self.config_index,
             )
         except BaseException:
             await close_writer(writer)
@@ -485,6 +495,7 @@ class TcpTransport:
                         tls=self._server_ssl is not None,
                         rdma=self.offers_rdma,
                         membership_changed=self.membership_changed,
+                        introduce=self.introduce,
                     )
             except Exception as exc:
                 if not isinstance(exc, EXPECTED_LINK_ERRORS):

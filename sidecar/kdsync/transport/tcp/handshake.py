@@ -4,7 +4,8 @@ After TCP (and TLS, unless insecure):
 
 1. TLS mode: the listener maps the client certificate (already chain-verified against
    the group CA) to a member name and closes the connection, reading nothing, unless
-   that name is a configured member of this group other than itself. The dialer
+   that name is a configured member of this group other than itself (or, when it takes
+   members added while its log is behind, below, any member but itself). The dialer
    checks that the server certificate names the member it meant to reach.
 2. The dialer sends a ``hello`` frame (JSON: version, group, member). In insecure
    mode this is the only identity there is; in TLS mode it must match the certificate.
@@ -20,6 +21,15 @@ added since, or one whose file still names a removed member, is welcome; the log
 transport's peer list (who may connect at all) decide. The role of each member both
 lists name (witness or data member) is still compared: only the files say it.
 
+Such a dialer's hello also says where it listens (``"address"``) and where its
+configuration stands in its log (``"configIndex"``). A listener whose log is behind the
+configuration that added the dialer may not know it yet, or may have retired it (its
+own, older configuration leaves it out). Before its welcome it tells its transport's
+``introduce`` (set by the driver's peer links), which links such a dialer when its index
+is past the listener's own: the listener must answer the dialer's Appends to catch up to
+that configuration, which a refusal would prevent for good once the dialer leads. In TLS
+mode the certificate, from the group's CA, must still name the member the hello claims.
+
 A dialer that can move frames over RDMA says so in its hello (``"rdma": true``); a
 listener that can too answers the same in its welcome, and the link's frames then go
 over a queue pair set up on this connection (``kdsync.transport.rdma``). A member that
@@ -30,10 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any, NamedTuple
 
-from kdsync.transport.base import PeerAuthenticationError, TransportError
+from kdsync.transport.address import parse_address
+from kdsync.transport.base import PeerAuthenticationError, TransportError, validate_member_name
 from kdsync.transport.framing import encode_frame, read_frame
 from kdsync.transport.tcp.streams import detect_dead_peers
 from kdsync.transport.tcp_config import TcpTransportConfig
@@ -58,6 +69,11 @@ class Hello(NamedTuple):
     rdma: bool
 
 
+# (member, where it listens, its configuration index) -> whether it is linked now: the
+# transport's ``introduce``.
+Introduce = Callable[[str, str, int], bool]
+
+
 # The agreement key that stops counting once a membership changed at runtime.
 _MEMBERS_KEY = "members"
 
@@ -69,6 +85,8 @@ def _handshake_frame(
     agreement: Mapping[str, Any] | None = None,
     rdma: bool = False,
     membership_changed: bool = False,
+    address: str | None = None,
+    config_index: int = 0,
 ) -> bytes:
     message: dict[str, Any] = {
         "kdsync": kind,
@@ -82,6 +100,10 @@ def _handshake_frame(
         message["rdma"] = True
     if membership_changed:
         message["membershipChanged"] = True
+        if address is not None:
+            message["address"] = address
+        if config_index:
+            message["configIndex"] = config_index
     return encode_frame(json.dumps(message, separators=(",", ":")).encode())
 
 
@@ -171,10 +193,14 @@ async def handshake_as_dialer(
     tls: bool,
     rdma: bool = False,
     membership_changed: bool = False,
+    own_address: str | None = None,
+    config_index: int = 0,
 ) -> bool:
     """Make sure the listener at ``address`` is member ``peer`` and agrees with us.
     Returns whether the link moves its frames over RDMA (``rdma``: we offer it).
-    ``membership_changed``: our membership comes from our log (see the module doc).
+    ``membership_changed``: our membership comes from our log (see the module doc);
+    the hello then says ``own_address``, where we listen, and ``config_index``, where
+    our configuration stands in our log.
 
     Raises PeerAuthenticationError, HandshakeError (PeerConfigMismatch when the
     agreements differ), or what reading the stream raises.
@@ -187,7 +213,14 @@ async def handshake_as_dialer(
             )
     writer.write(
         _handshake_frame(
-            "hello", config.group, config.member, config.agreement, rdma, membership_changed
+            "hello",
+            config.group,
+            config.member,
+            config.agreement,
+            rdma,
+            membership_changed,
+            own_address,
+            config_index,
         )
     )
     await writer.drain()
@@ -212,21 +245,33 @@ async def handshake_as_listener(
     tls: bool,
     rdma: bool = False,
     membership_changed: bool = False,
+    introduce: Introduce | None = None,
 ) -> Hello:
-    """Authenticate an inbound connection; returns the member (one of ``peers``) it
-    belongs to, and whether its frames come over RDMA (it offered it and ``rdma``: we
-    accept it). Raises like ``handshake_as_dialer``."""
+    """Authenticate an inbound connection; returns the member it belongs to, and whether
+    its frames come over RDMA (it offered it and ``rdma``: we accept it). Raises like
+    ``handshake_as_dialer``.
+
+    The member must be one of ``peers`` once its hello is read. A hello saying its
+    membership changed at runtime, where it listens and its configuration index is
+    first passed to ``introduce`` (the transport's), which may add the member to
+    ``peers`` (a member added while our log is behind) or keep it from being retired:
+    before the welcome, so that a member refused hears no welcome."""
     certified: str | None = None
     if tls:
-        # Checked before reading anything: a stranger gets no say in what we parse.
         certified = member_from_peercert(writer.get_extra_info("peercert"), config.group)
-        _check_is_peer(certified, peers, config.group)
+        # Checked before reading anything: a stranger gets no say in what we parse.
+        if introduce is None or certified == config.member:
+            _check_is_peer(certified, peers, config.group)
     hello = await read_frame(reader, _MAX_HANDSHAKE_FRAME_BYTES)
     claimed = _parse_handshake(hello, "hello", config.group)
     if certified is not None and claimed != certified:
         raise PeerAuthenticationError(
             f"hello claims member {claimed!r} but the certificate names {certified!r}"
         )
+    disagreement = _disagreement(config.agreement, hello, claimed, membership_changed)
+    claim = _membership_claim(hello)
+    if introduce is not None and claim is not None and disagreement is None:
+        introduce(claimed, *claim)  # (our own name: refused below, as peers lack it)
     _check_is_peer(claimed, peers, config.group)
     detect_dead_peers(writer)
     use_rdma = rdma and json.loads(hello).get("rdma") is True
@@ -243,10 +288,29 @@ async def handshake_as_listener(
         )
     )
     await writer.drain()
-    disagreement = _disagreement(config.agreement, hello, claimed, membership_changed)
     if disagreement is not None:
         raise PeerConfigMismatch(disagreement)
     return Hello(claimed, use_rdma)
+
+
+def _membership_claim(hello: bytes) -> tuple[str, int] | None:
+    """Where a dialler listens and where its configuration stands in its log, if its
+    hello says its membership changed at runtime and both are usable."""
+    message = json.loads(hello)
+    address, index = message.get("address"), message.get("configIndex")
+    if (
+        message.get("membershipChanged") is not True
+        or not isinstance(address, str)
+        or not isinstance(index, int)
+        or isinstance(index, bool)
+    ):
+        return None
+    try:
+        validate_member_name(message["member"])
+        parse_address(address)
+    except ValueError:
+        return None
+    return address, index
 
 
 def _check_is_peer(name: str, peers: Container[str], group: str) -> None:
