@@ -865,6 +865,17 @@ def test_insecure_mode_works_and_warns_loudly(caplog: pytest.LogCaptureFixture) 
             assert await intrude(port, None, [os.urandom(64)]) == b""
             await wait_until(lambda: a.rejected_connections == 2, "a rejects both")
             assert a.peer_states()["b"].frames_received == 1
+            # Nothing vouches for a claim: a stranger saying it was added at runtime, at
+            # an index past ours, is refused, and a is not made to dial its address.
+            PeerLinks(a)
+            claim = encode_frame(
+                b'{"kdsync":"hello","version":1,"group":"%s","member":"mallory",'
+                b'"membershipChanged":true,"address":"127.0.0.1:9","configIndex":99}'
+                % GROUP.encode()
+            )
+            assert await intrude(port, None, [claim]) == b""
+            await wait_until(lambda: a.rejected_connections == 3, "a rejects the claim")
+            assert set(a.peers) == {"b"}
 
     run(main)
     assert any("INSECURE" in r.getMessage() for r in caplog.records)

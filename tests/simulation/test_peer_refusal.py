@@ -57,7 +57,8 @@ def test_a_witness_started_before_its_addition_hears_nothing_until_the_change_is
         nonlocal now
         now += 1
         for sender, receiver, frame in network.due(now):
-            members[receiver].deliver(sender, frame, members[sender].hello_config_index)
+            origin = members[sender]
+            members[receiver].deliver(sender, frame, origin.incarnations, origin.hello_config_index)
         for member in members.values():
             member.step(now)
 

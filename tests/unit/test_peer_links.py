@@ -202,19 +202,30 @@ def test_a_member_that_dials_before_our_log_names_it_is_linked_until_a_removal_c
     assert links.retire_departed(node) == ["m3"]
 
 
-def test_an_introduced_member_is_retired_once_our_committed_configuration_passes_its_own() -> None:
+def test_an_introduced_member_is_retired_once_our_log_has_committed_its_index() -> None:
     """A member linked because it dialled us (its configuration at index 12) whose addition
-    our log never shows (it was cut): once our committed configuration is at 12 or past it
-    without naming it, it is retired, not linked for good."""
+    our log never shows (it was cut, and no membership change came since: our
+    configuration is still the startup file's, at index 0): once our log has committed
+    index 12, it is retired, not linked for good. So is a removed member that claims an
+    index just past ours to be linked again."""
     links, transport = _links("a", "b", "c")
     assert transport.introduce is not None
     assert transport.introduce("m3", "10.0.0.3:7400", 12) is True
     startup = Configuration(("a", "b", "c"))
-    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 11, 11))) == []
-    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 12, 11))) == [], (
-        "not committed yet"
-    )
-    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 12, 12))) == ["m3"]
+    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 0, 11))) == []
+    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 0, 12))) == ["m3"]
+    assert links.retire_departed(cast(OrderingNode, _NodeView(startup, 0, 10_000))) == []
+
+    links.follow_configuration(startup.without("c"), 20)
+    without_c = cast(OrderingNode, _NodeView(startup.without("c"), 20, 20))
+    assert links.retire_departed(without_c) == ["c"]
+    assert transport.introduce("c", "10.0.0.66:7400", 21) is True, "its word, for now"
+    assert links.send("c", b"x") is True
+    assert links.retire_departed(without_c) == []
+    assert links.retire_departed(cast(OrderingNode, _NodeView(startup.without("c"), 20, 21))) == [
+        "c"
+    ], "our log committed past its claim without adding it"
+    assert links.send("c", b"x") is False
 
 
 def test_a_member_our_older_configuration_retired_is_linked_again_when_it_dials_from_a_newer() -> (
@@ -253,7 +264,10 @@ def test_a_claim_heard_before_retirement_keeps_the_link() -> None:
     assert transport.added == [], "linked already: nothing to dial"
     seeded = Configuration(("m0", "m1", "m4"))
     assert links.retire_departed(cast(OrderingNode, _NodeView(seeded, 0, 5))) == []
-    assert links.retire_departed(cast(OrderingNode, _NodeView(seeded, 41, 41))) == ["m3"]
+    assert links.retire_departed(cast(OrderingNode, _NodeView(seeded, 0, 40))) == []
+    assert links.retire_departed(cast(OrderingNode, _NodeView(seeded, 0, 41))) == ["m3"], (
+        "our log committed m3's index, and what we follow still leaves it out"
+    )
 
 
 # ---------------------------------------------------------------- in the driver

@@ -133,14 +133,17 @@ class PeerLinks:
         our startup file does not name or our older configuration made us retire: link
         it there, so that we can answer its Appends and catch up to the configuration
         that adds it (refused, it would lead without us for good), and do not retire it
-        until our committed configuration reaches that index. True if it is linked now;
-        False for ourselves, an unusable address, or a member we do not link whose
-        configuration is not past ours (one that left the group, or never joined)."""
+        until our log has committed that index. True if it is linked now; False for
+        ourselves, an unusable address, or a member we do not link whose configuration
+        is not past ours (one that left the group, or never joined: a stranger is then
+        refused, a retired member stays retired). The claim is the dialler's own word,
+        taken only where a certificate of the group's CA backs its name (the transport
+        asks only in TLS mode)."""
         if peer == self.transport.member:
             return False
         linked = peer in self._known and peer not in self._retired
         if config_index <= self.transport.config_index:
-            if not linked:
+            if peer not in self._known:
                 log.info(
                     "refused member %s: its configuration (log index %d) is not past ours "
                     "(%d), which does not name it",
@@ -176,11 +179,15 @@ class PeerLinks:
         committed (the startup file may still name them); the members newly retired.
         Not while a witness recovers: its configuration is the startup file's until the
         answers are in, and the members they named are the ones it must reach."""
-        if node.role == Role.RECOVERING or node.config_index > node.status().commit_index:
+        commit = node.status().commit_index
+        if node.role == Role.RECOVERING or node.config_index > commit:
             return []
         members = set(node.config.members)
-        settled = [p for p, index in self._introduced.items() if index <= node.config_index]
-        for name in settled:  # our committed configuration got that far without it
+        # Our log committed past the index a claim gave, and the configuration in force
+        # does not name the member: whatever stood there (cut, or a removal since), the
+        # claim is spent.
+        settled = [p for p, index in self._introduced.items() if index <= commit]
+        for name in settled:
             del self._introduced[name]
         # They stay known: frames a removed member still draws (refused votes) are
         # dropped by the transport without a word, as for any retired peer.

@@ -262,19 +262,23 @@ class SimMember:
 
     # ------------------------------------------------------------------ one tick
 
-    def deliver(self, sender: str, frame: bytes, sender_config_index: int) -> None:
+    def deliver(self, sender: str, frame: bytes, sender_run: int, sender_config_index: int) -> None:
         """A frame arrives; with ``product_links``, from a member this process has no
-        link with, it is refused (the handshake's "is not another member"). Every frame
-        stands for a hello too: one whose sender's membership comes from its log
-        (``sender_config_index`` > 0, the hello's ``membershipChanged``) is first told to
-        the links (``introduce``), which may link a member added while our log is behind,
-        or one we retired. (The product hears a hello once per connection; hearing one
-        with every frame lets the simulator link sooner, never later.)"""
+        link with, it is refused (the handshake's "is not another member"). The first
+        frame from each run of the sender (``sender_run``: its starts so far) to this run
+        of ours stands for its connection's hello: if the sender's membership comes from
+        its log (``sender_config_index`` > 0, the hello's ``membershipChanged``), it is
+        told to the links first (``introduce``), which may link a member added while our
+        log is behind, or one we retired, as the product's handshake does. A refused
+        sender dials again: its next frame is another hello."""
         if self.driver is None:
             return
         transport = self._transport
-        if transport is not None and sender_config_index > 0 and transport.introduce is not None:
-            transport.introduce(sender, f"{sender}.sim:1", sender_config_index)
+        if transport is not None and transport.hellos.get(sender) != sender_run:
+            if sender_config_index > 0 and transport.introduce is not None:
+                transport.introduce(sender, f"{sender}.sim:1", sender_config_index)
+            if transport.knows(sender):
+                transport.hellos[sender] = sender_run  # a link now: no hello until it ends
         if transport is None or transport.knows(sender):
             self._inbox.append((sender, frame))
 
@@ -491,6 +495,7 @@ class _SimTransport:
         self.introduce: Callable[[str, str, int], bool] | None = None  # set by PeerLinks
         self.config_index = 0
         self.advertised_address: str | None = None
+        self.hellos: dict[str, int] = {}  # sender -> its run whose hello we heard
         self._retired: dict[str, bool] = {
             name: False for name in member.group.members if name != member.name
         }

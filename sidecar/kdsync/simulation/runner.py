@@ -133,8 +133,9 @@ def run_scenario(
         operator.drive(now)
         for sender, receiver, frame in network.due(now):
             if receiver in members:  # (a member added but not started yet: lost)
-                index = members[sender].hello_config_index if sender in members else 0
-                members[receiver].deliver(sender, frame, index)
+                origin = members.get(sender)
+                run, index = (origin.incarnations, origin.hello_config_index) if origin else (0, 0)
+                members[receiver].deliver(sender, frame, run, index)
         for member in order:
             member.step(now)
         if armed:

@@ -495,7 +495,9 @@ class TcpTransport:
                         tls=self._server_ssl is not None,
                         rdma=self.offers_rdma,
                         membership_changed=self.membership_changed,
-                        introduce=self.introduce,
+                        # Only a certificate of the group's CA makes a claim worth a
+                        # link: in insecure mode anyone could make us dial anywhere.
+                        introduce=self.introduce if self._server_ssl is not None else None,
                     )
             except Exception as exc:
                 if not isinstance(exc, EXPECTED_LINK_ERRORS):

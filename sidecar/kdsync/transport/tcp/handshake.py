@@ -259,7 +259,10 @@ async def handshake_as_listener(
     certified: str | None = None
     if tls:
         certified = member_from_peercert(writer.get_extra_info("peercert"), config.group)
-        # Checked before reading anything: a stranger gets no say in what we parse.
+        # Checked before reading anything: without ``introduce``, a stranger gets no say
+        # in what we parse. With it, a certificate of the group's CA naming a member we
+        # do not know may be one added while our log is behind: its hello (at most 4 KiB,
+        # within the handshake's deadline) is read, and decides.
         if introduce is None or certified == config.member:
             _check_is_peer(certified, peers, config.group)
     hello = await read_frame(reader, _MAX_HANDSHAKE_FRAME_BYTES)
