@@ -13,8 +13,8 @@ that left are retired (``retire_departed``) once their removal commits: until th
 change may still be cut from the log. A member that dials us saying its membership comes
 from its log, at a configuration index past ours, is linked at the address it gives
 (``heard_from``), even if we do not know it or retired it: it was added (or added again)
-while our log is behind, and may lead. It stays linked until our committed configuration
-reaches its index without naming it.
+while our log is behind, and may lead. It stays linked until our log has committed that
+index (our configuration in force then names it, or a later change removed it).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class PeerLinks:
         self._dropped: set[str] = set()  # logged once each
         # Members that dialled us (heard_from) with a configuration past ours -> the
         # highest index their hellos gave: not retired for being outside our
-        # configuration until ours, committed, reaches that index.
+        # configuration until our log has committed that index.
         self._introduced: dict[str, int] = {}
         self._retired: set[str] = set()  # by retire_departed, and not linked again since
         transport.introduce = self.heard_from
@@ -118,13 +118,17 @@ class PeerLinks:
                     )
                 continue
             try:
-                transport.add_peer(member, address)  # nothing when reached there already
+                self._link(member, address)  # nothing when reached there already
             except ValueError as exc:
                 log.error("member %s's address %r cannot be used: %s", member, address, exc)
-                continue
-            self._known.add(member)
-            self._retired.discard(member)
-            self._dropped.discard(member)
+
+    def _link(self, member: str, address: str) -> None:
+        """Dial and accept ``member`` at ``address`` (again, if retired); ValueError for
+        an address that cannot be used."""
+        self.transport.add_peer(member, address)
+        self._known.add(member)
+        self._retired.discard(member)
+        self._dropped.discard(member)
 
     def heard_from(self, peer: str, address: str, config_index: int) -> bool:
         """``peer`` dialled us, saying its membership comes from its log, where it
@@ -154,15 +158,12 @@ class PeerLinks:
             return linked
         if not linked:
             try:
-                self.transport.add_peer(peer, address)
+                self._link(peer, address)
             except ValueError as exc:
                 log.error(
                     "member %s dialled us from an unusable address %r: %s", peer, address, exc
                 )
                 return False
-            self._known.add(peer)
-            self._retired.discard(peer)
-            self._dropped.discard(peer)
             log.info(
                 "linked member %s at %s: it dialled us with a configuration past ours "
                 "(log index %d against %d)",

@@ -20,10 +20,9 @@ Its frame port links every pair of members, ever (``_SimFrames``); or, with
 (``_SimTransport``): a member links the members of its startup file and those its
 configurations add, and refuses frames from any other unless that member's membership
 comes from its log at a configuration index past its own (what its hello says), as the
-peer handshake does (its comparison of
-startup member lists is not modelled); a member whose removal committed is retired and
-gets nothing more. The campaign draws one or the other for each seed (docs/ordering.md,
-"The simulator").
+peer handshake does (its comparison of startup member lists is not modelled); a member
+whose removal committed is retired and gets nothing more. The campaign draws one or the
+other for each seed (docs/ordering.md, "The simulator").
 """
 
 from __future__ import annotations

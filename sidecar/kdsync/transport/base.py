@@ -95,6 +95,11 @@ class ReceivedFrame(NamedTuple):
     payload: bytes
 
 
+# (member, where it listens, its configuration index) -> whether it is linked now: what
+# a transport asks of ``PeerTransport.introduce``.
+Introduce = Callable[[str, str, int], bool]
+
+
 class PeerTransport(Protocol):
     """What the ordering group needs from a transport.
 
@@ -154,7 +159,7 @@ class PeerTransport(Protocol):
     """Where the log says this member listens (``kdsync members add --peer``), which its
     hello gives when its membership changed; None: its startup file's own entry."""
 
-    introduce: Callable[[str, str, int], bool] | None
+    introduce: Introduce | None
     """Told, before the welcome, of a member that dials us saying its membership comes
     from its log, where it listens and where its configuration stands in its log; it may
     link that member (one added while our log is behind, even one we retired) or keep

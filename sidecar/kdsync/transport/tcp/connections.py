@@ -30,6 +30,7 @@ from kdsync.transport.address import parse_address
 from kdsync.transport.base import (
     FrameTimeout,
     FrameTooLarge,
+    Introduce,
     LinkStatus,
     PeerState,
     PeerTransport,
@@ -141,7 +142,7 @@ class TcpTransport:
         # Set by the driver's peer links: told of a member that dials us with its
         # membership from its log (``handshake``); may link it (added while our log is
         # behind) or keep it from being retired. True if it is linked now.
-        self.introduce: Callable[[str, str, int], bool] | None = None
+        self.introduce: Introduce | None = None
         # Where our configuration stands in our log (0: the startup file's), for hellos.
         self.config_index = 0
         # Where the log says we listen (kdsync members add --peer), for our hellos.

@@ -40,11 +40,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Container, Mapping
 from typing import Any, NamedTuple
 
 from kdsync.transport.address import parse_address
-from kdsync.transport.base import PeerAuthenticationError, TransportError, validate_member_name
+from kdsync.transport.base import (
+    Introduce,
+    PeerAuthenticationError,
+    TransportError,
+    validate_member_name,
+)
 from kdsync.transport.framing import encode_frame, read_frame
 from kdsync.transport.tcp.streams import detect_dead_peers
 from kdsync.transport.tcp_config import TcpTransportConfig
@@ -67,11 +72,6 @@ class Hello(NamedTuple):
 
     member: str
     rdma: bool
-
-
-# (member, where it listens, its configuration index) -> whether it is linked now: the
-# transport's ``introduce``.
-Introduce = Callable[[str, str, int], bool]
 
 
 # The agreement key that stops counting once a membership changed at runtime.
