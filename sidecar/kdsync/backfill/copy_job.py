@@ -13,7 +13,8 @@ on, and the highest ``kdsync.seq``), so nothing of an earlier attempt can commit
 read, and skip the donor's records below ``S`` and up to that highest one. Transactions
 commit every ``COMMIT_RECORDS`` records or ``COMMIT_BYTES``: a run killed at any moment
 leaves a committed prefix, and the next run continues after it. Afterwards each target topic
-must hold as many records as there are seqs from ``S`` to ``next_seq``.
+must hold as many records as there are seqs from ``S`` to ``next_seq``, all of them readable
+by ``read_committed`` readers when the copy returns.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ from kdsync.backfill.copy_plan import (
 from kdsync.failover.kafka_io import seq_of
 from kdsync.kafka.client_config import client_config
 from kdsync.kafka.errors import KafkaUnavailable
-from kdsync.kafka.partition_reader import read_to_end, reading_consumer
+from kdsync.kafka.partition_reader import (
+    read_to_end,
+    reading_consumer,
+    wait_until_committed_readable,
+)
 from kdsync.kafka.produce_pacing import PACED_PRODUCER, must_flush
 from kdsync.ordering.events import Header, header_bytes
 from kdsync.record_format import RecordFormatError, from_global_record
@@ -284,6 +289,14 @@ class _PartitionCopier:
                 "partition does not hold below next_seq: the target holds another history"
             )
         self._commit()
+        if self.copied:
+            # The commit returns before its markers reach the partition; until they do, a
+            # read_committed reader (the new member's sidecar, the audit) ends before the
+            # last transaction's records. The copy is done when they are readable.
+            wait_until_committed_readable(
+                self.settings.properties, f"{self.settings.transactional_prefix}.reader",
+                self.topic, self.partition, self.settings.timeout,
+            )  # fmt: skip
 
     def _target_held(self) -> _Held | None:
         """The target partition's committed records, read to its end (None: it holds none);
