@@ -3,6 +3,7 @@ users will recognise replication latency and record counts)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -256,6 +257,17 @@ class SidecarMetrics:
 
     def count_admin_refusal(self, reason: AdminRefusal) -> None:
         self.admin_refused.labels(reason.value).inc()
+
+    def forget_member(self, name: str) -> None:
+        """Drop every series about member ``name``, whose removal committed: it is gone
+        for good, and a series left at its last value (a peer link shown up, a lag) would
+        say otherwise on dashboards and alerts."""
+        for gauge in (self.view_member, self.member_lag, self.peer_connected):
+            with contextlib.suppress(KeyError):
+                gauge.remove(name)
+        for direction in ("out", "in"):
+            with contextlib.suppress(KeyError):
+                self.peer_rdma.remove(name, direction)
 
 
 class TopicConfigMetrics:

@@ -415,20 +415,24 @@ class Sidecar:
         if self.peer_links is not None:
             # A member whose removal committed is gone for good: drop its series too.
             for name in self.peer_links.retire_departed(node):
-                for gauge in (m.view_member, m.member_lag):
-                    with contextlib.suppress(KeyError):
-                        gauge.remove(name)
+                m.forget_member(name)
         for member, entries in member_lag(driver).items():
             m.member_lag.labels(member).set(entries)
         if self.transport is not None:
-            for peer in self.transport.peer_states().values():
+            # A retired peer stays known to the transport, but its series are gone.
+            linked = [
+                peer
+                for peer in self.transport.peer_states().values()
+                if peer.outbound != LinkStatus.RETIRED
+            ]
+            for peer in linked:
                 m.peer_connected.labels(peer.peer).set(
                     1 if peer.outbound == LinkStatus.CONNECTED else 0
                 )
             m.peer_rejected.set(self.transport.rejected_connections)
             if isinstance(self.transport, RdmaTransport):
                 rdma = self.transport
-                for name in rdma.peers:
+                for name in (peer.peer for peer in linked):
                     m.peer_rdma.labels(name, "out").set(1 if name in rdma.rdma_outbound else 0)
                     m.peer_rdma.labels(name, "in").set(1 if name in rdma.rdma_inbound else 0)
                 m.transport_fallback.set(1 if rdma.fallback_reason is not None else 0)
