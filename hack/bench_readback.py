@@ -84,13 +84,19 @@ def _timed(bootstrap: str, topic: str, records: int, reader: Reader, busy: bool)
     when ``busy`` (pure Python work, as an event loop handling frames does)."""
     consumer = reading_consumer({"bootstrap.servers": bootstrap}, "bench", committed_only=False)
     took: list[float] = []
+    failed: list[str] = []
 
     def work() -> None:
         began = time.monotonic()
-        read = reader(consumer, topic, records)
-        took.append(time.monotonic() - began)
+        try:
+            read = reader(consumer, topic, records)
+        except Exception as exc:  # reported below, from the main thread
+            failed.append(f"{type(exc).__name__}: {exc}")
+            return
         if read != records:
-            raise RuntimeError(f"read {read} of {records} records")
+            failed.append(f"read {read} of {records} records")
+            return
+        took.append(time.monotonic() - began)
 
     try:
         worker = threading.Thread(target=work)
@@ -100,8 +106,8 @@ def _timed(bootstrap: str, topic: str, records: int, reader: Reader, busy: bool)
         worker.join()
     finally:
         consumer.close()
-    if not took:
-        sys.exit("a reader failed (see above)")
+    if failed or not took:
+        sys.exit(f"{reader.__name__} (busy={busy}) failed: {failed}")
     return took[0]
 
 

@@ -289,14 +289,14 @@ class _PartitionCopier:
                 "partition does not hold below next_seq: the target holds another history"
             )
         self._commit()
-        if self.copied:
-            # The commit returns before its markers reach the partition; until they do, a
-            # read_committed reader (the new member's sidecar, the audit) ends before the
-            # last transaction's records. The copy is done when they are readable.
-            wait_until_committed_readable(
-                self.settings.properties, f"{self.settings.transactional_prefix}.reader",
-                self.topic, self.partition, self.settings.timeout,
-            )  # fmt: skip
+        # The commit returns before its markers reach the partition; until they do, a
+        # read_committed reader (the new member's sidecar, the audit) ends before the last
+        # transaction's records. The copy is done when they are readable (also when this
+        # run copied nothing: an earlier one may have stopped in this wait).
+        wait_until_committed_readable(
+            self.settings.properties, f"{self.settings.transactional_prefix}.reader",
+            self.topic, self.partition, self.settings.timeout,
+        )  # fmt: skip
 
     def _target_held(self) -> _Held | None:
         """The target partition's committed records, read to its end (None: it holds none);

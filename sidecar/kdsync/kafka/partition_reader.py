@@ -47,9 +47,10 @@ def reading_consumer(
     )
 
 
-# Records taken from the consumer at a time by read_to_end (it holds what its fetches
-# brought; it does not wait to fill a batch).
+# Records, and about how many bytes of them, read_to_end takes from the consumer at a
+# time (what its fetches brought; it does not wait to fill a batch).
 READ_BATCH = 1000
+READ_BATCH_BYTES = 1 << 20
 
 
 def read_available(
@@ -100,6 +101,10 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -
         pause = min(pause * 2, 1.0)
 
 
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.1)
+
+
 def wait_until_committed_readable(
     properties: Mapping[str, str], group_id: str, topic: str, partition: int, timeout: float
 ) -> None:
@@ -111,9 +116,9 @@ def wait_until_committed_readable(
     everything = reading_consumer(properties, group_id, committed_only=False)
     committed = reading_consumer(properties, group_id, committed_only=True)
     try:
-        _, written = watermarks(everything, topic, partition, timeout)
         deadline = time.monotonic() + timeout
-        while watermarks(committed, topic, partition, timeout)[1] < written:
+        _, written = watermarks(everything, topic, partition, timeout)
+        while watermarks(committed, topic, partition, _left(deadline))[1] < written:
             if time.monotonic() > deadline:
                 raise KafkaUnavailable(
                     f"{topic}[{partition}]: committed records below offset {written} are not "
@@ -146,12 +151,16 @@ def read_to_end(
         return
     consumer.assign([TopicPartition(topic, partition, first if first > low else OFFSET_BEGINNING)])
     idle_polls = 0
+    position = first
+    limit = 1  # records per call, until the first shows how large they are
     try:
         while True:
             # What the consumer holds, a batch per call: each call gives up the GIL and
             # must win it back. With the sidecar's event loop busy, one record per call
             # read about 20 times slower than a batch per call (hack/bench-readback).
-            batch = read_available(consumer, 1.0, READ_BATCH)
+            # A batch stops at the end wanted and at about READ_BATCH_BYTES: records taken
+            # from librdkafka are copied while it fetches more.
+            batch = read_available(consumer, 1.0, max(1, min(limit, end - position)))
             if not batch:
                 idle_polls += 1
                 if idle_polls > timeout:
@@ -161,6 +170,8 @@ def read_to_end(
                     )
                 continue
             idle_polls = 0
+            largest = max(len(message) for message in batch)
+            limit = max(1, min(READ_BATCH, READ_BATCH_BYTES // max(1, largest)))
             for message in batch:
                 error = message.error()
                 if error is not None:
@@ -171,7 +182,9 @@ def read_to_end(
                 if offset is not None and offset >= end:
                     return
                 yield message
-                if offset is not None and offset >= end - 1:
-                    return
+                if offset is not None:
+                    if offset >= end - 1:
+                        return
+                    position = offset + 1
     finally:
         consumer.unassign()

@@ -23,6 +23,7 @@ MM2's source connector reports, per replicated partition, ``replication-latency-
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Iterable
 
@@ -188,3 +189,21 @@ class MirrorMetrics:
 
     def lag(self, topic: str, partition: int, records: int) -> None:
         self.record_lag.labels(topic, str(partition)).set(max(0, records))
+
+    def forget_source(self, source: str) -> None:
+        """Drop every series and window of origin ``source``, a member whose removal
+        committed: a heartbeat counter that no longer grows would fire an alert for a
+        member that is gone."""
+        keys = {k for k in (*self._bytes_window, *self._latency_window) if k[0] == source}
+        pair_metrics = (
+            self.latency, self.latency_max, self.latency_avg, self.record_count, self.byte_rate,
+        )  # fmt: skip
+        for key in keys:
+            self._bytes_window.pop(key, None)
+            self._latency_window.pop(key, None)
+            for metric in pair_metrics:
+                with contextlib.suppress(KeyError):
+                    metric.remove(source, self.member, key[1])
+        for by_source in (self.heartbeat_latency, self.heartbeats):
+            with contextlib.suppress(KeyError):
+                by_source.remove(source)

@@ -416,6 +416,7 @@ class Sidecar:
             # A member whose removal committed is gone for good: drop its series too.
             for name in self.peer_links.retire_departed(node):
                 m.forget_member(name)
+                self.mirror.forget_source(name)
         for member, entries in member_lag(driver).items():
             m.member_lag.labels(member).set(entries)
         if self.transport is not None:
