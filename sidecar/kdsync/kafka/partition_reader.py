@@ -77,6 +77,11 @@ def read_available(
 _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
+def _left(deadline: float) -> float:
+    """Seconds to the deadline, for a call that must be given some time."""
+    return max(deadline - time.monotonic(), 0.1)
+
+
 def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
     """The partition's low and high watermarks, asked of its leader; asked again while
     its leader is being elected, until ``timeout``."""
@@ -86,7 +91,7 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -
         try:
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, partition),
-                timeout=max(deadline - time.monotonic(), 0.1),
+                timeout=_left(deadline),
                 cached=False,
             )
             return int(low), int(high)
@@ -99,10 +104,6 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -
                 ) from exc
         time.sleep(pause)  # a backoff before asking again, not a wait for an event
         pause = min(pause * 2, 1.0)
-
-
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.1)
 
 
 def wait_until_committed_readable(
