@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kdsync.audit.command import main as audit_main
 from kdsync.local_group import LocalSidecarGroup
@@ -24,6 +25,7 @@ from tests.integration.sidecar.harness import (
     GlobalWatch,
     Traffic,
     brief_status,
+    http_get,
     start_watched,
     verify_group,
     wait_for,
@@ -49,6 +51,21 @@ def _members_cli(
     )
 
 
+MEMBER_LABELS = ("member", "peer", "source", "target")
+
+
+def _series_naming(group: LocalSidecarGroup, at: str, names: Iterable[str]) -> list[str]:
+    """The series on ``at``'s /metrics labelled with any of ``names`` as a member."""
+    wanted = set(names)
+    _, text = http_get(group.members[at].http, "/metrics")
+    return [
+        f"{sample.name}{sample.labels}"
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if any(sample.labels.get(label) in wanted for label in MEMBER_LABELS)
+    ]
+
+
 def _configuration(group: LocalSidecarGroup, member: str) -> dict[str, object]:
     status = group.status(member) or {}
     config = status.get("configuration")
@@ -72,6 +89,13 @@ def test_remove_the_leader_then_the_witness_under_traffic(
     )
     leader = str(next(iter(leaders.values()))["leader"])
     staying = [m for m in bootstrap if m != leader]
+    # The member that stays up throughout; its /metrics name the two to remove for now.
+    observer = staying[-1]
+    wait_for(
+        f"{observer}'s metrics to name {leader} and w",
+        lambda: all(_series_naming(group, observer, [name]) for name in (leader, "w")),
+        30,
+    )
     leaving_traffic = Traffic({leader: bootstrap[leader]}, source_topic, RATE).start()
     traffic = Traffic({m: bootstrap[m] for m in staying}, source_topic, RATE).start()
     pauses: dict[str, float] = {}
@@ -117,6 +141,15 @@ def test_remove_the_leader_then_the_witness_under_traffic(
             30,
             names=[restarted],
         )
+        # Removed members leave /metrics too: a "link down" or "heartbeats stopped"
+        # alert on a member that is gone would fire for good.
+        wait_for(
+            f"{observer}'s metrics to drop every series of {leader} and w",
+            lambda: not _series_naming(group, observer, (leader, "w")),
+            30,
+            lambda: "\n".join(_series_naming(group, observer, (leader, "w"))),
+        )
+        assert _series_naming(group, observer, [restarted]), "the check would find none"
     finally:
         produced = {**leaving_traffic.stop(), **traffic.stop()}
     for member in staying:
