@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+from kdsync.benchmark.procstats import cpu_seconds, start_ticks
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # (kind, any of these in the command line); the first match wins, so order matters.
@@ -65,19 +67,19 @@ class Sampler:
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
+            pid = int(entry)
+            start = start_ticks(pid)
+            if start is None or start < self.since:
+                continue
+            cpu = cpu_seconds(pid)
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
                 raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:  # it ended meanwhile
+            except OSError:
+                raw = b""
+            if cpu is None:  # it ended meanwhile
                 continue
-            # The name field may hold spaces and parentheses: split after its last ')'.
-            fields = stat.rsplit(")", 1)[1].split()
-            start = int(fields[19])
-            if start < self.since:
-                continue
-            cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
             command_line = raw.replace(b"\0", b" ").decode(errors="replace").strip()
-            key = (int(entry), start)
+            key = (pid, start)
             known = self.seen.get(key)
             # A process that exec'd keeps its pid and start: keep the most telling name.
             self.seen[key] = (cpu, command_line or (known[1] if known else ""))

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "cpu_breakdown.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "cpu-breakdown"
 # A child that burns about half a CPU-second, its command line naming a kind.
 BURN = "import time; end = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
 
@@ -16,7 +16,7 @@ def test_a_childs_cpu_is_counted_under_its_kind(tmp_path: Path) -> None:
     figures = tmp_path / "cpu.json"
     command = [sys.executable, "-c", BURN, "kdsync.cli run"]  # argv names it a sidecar
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--interval", "0.1", "--json", str(figures), "--", *command],
+        [str(SCRIPT), "--interval", "0.1", "--json", str(figures), "--", *command],
         capture_output=True,
         text=True,
         timeout=60,
@@ -32,7 +32,7 @@ def test_a_childs_cpu_is_counted_under_its_kind(tmp_path: Path) -> None:
 
 def test_the_commands_exit_status_is_passed_on(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--", sys.executable, "-c", "raise SystemExit(3)"],
+        [str(SCRIPT), "--", sys.executable, "-c", "raise SystemExit(3)"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -43,7 +43,7 @@ def test_the_commands_exit_status_is_passed_on(tmp_path: Path) -> None:
 
 def test_no_command_is_refused_with_the_fix() -> None:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--"], capture_output=True, text=True, timeout=60, check=False
+        [str(SCRIPT), "--"], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 2
     assert "name the command to measure after --" in done.stderr

@@ -28,6 +28,13 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (None if it is gone): with the pid,
+    it names a process even after the pid is reused."""
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return None if fields is None else int(fields[19])  # field 22, starttime
+
+
 @dataclass(frozen=True)
 class Memory:
     rss_bytes: int
