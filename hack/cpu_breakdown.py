@@ -22,9 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from kdsync.benchmark.procstats import cpu_seconds, start_ticks
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from kdsync.benchmark.procstats import cpu_and_start, ticks_since_boot
 
 # (kind, any of these in the command line); the first match wins, so order matters.
 KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -51,11 +49,6 @@ def kind_of(command_line: str) -> str:
     return "other"
 
 
-def _boot_ticks_now() -> int:
-    with open("/proc/uptime") as uptime:
-        return int(float(uptime.read().split()[0]) * CLOCK_TICKS)
-
-
 class Sampler:
     """Last CPU seconds and command line of every process started since ``since``."""
 
@@ -68,20 +61,18 @@ class Sampler:
             if not entry.isdigit():
                 continue
             pid = int(entry)
-            start = start_ticks(pid)
-            if start is None or start < self.since:
+            stat = cpu_and_start(pid)
+            if stat is None or stat[1] < self.since:  # gone meanwhile, or older
                 continue
-            cpu = cpu_seconds(pid)
+            cpu, start = stat
             try:
                 raw = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 raw = b""
-            if cpu is None:  # it ended meanwhile
-                continue
             command_line = raw.replace(b"\0", b" ").decode(errors="replace").strip()
             key = (pid, start)
             known = self.seen.get(key)
-            # A process that exec'd keeps its pid and start: keep the most telling name.
+            # An exited process not yet reaped has no command line: keep the name it had.
             self.seen[key] = (cpu, command_line or (known[1] if known else ""))
 
     def by_kind(self) -> list[tuple[str, float]]:
@@ -107,7 +98,7 @@ def main(argv: list[str]) -> int:
     if args.interval <= 0:
         parser.error(f"--interval {args.interval}: use a positive number of seconds")
 
-    sampler = Sampler(_boot_ticks_now())
+    sampler = Sampler(ticks_since_boot())
     started = time.monotonic()
     process = subprocess.Popen(command)
     stop = threading.Event()

@@ -30,7 +30,7 @@ def test_a_childs_cpu_is_counted_under_its_kind(tmp_path: Path) -> None:
     assert "| sidecars |" in done.stdout
 
 
-def test_the_commands_exit_status_is_passed_on(tmp_path: Path) -> None:
+def test_the_commands_exit_status_is_passed_on() -> None:
     done = subprocess.run(
         [str(SCRIPT), "--", sys.executable, "-c", "raise SystemExit(3)"],
         capture_output=True,

@@ -28,11 +28,19 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (None if it is gone): with the pid,
-    it names a process even after the pid is reused."""
+def cpu_and_start(pid: int) -> tuple[float, int] | None:
+    """``pid``'s CPU seconds so far (as :func:`cpu_seconds`) and when it started, in clock
+    ticks since boot, from one read (None if it is gone). With the pid, the start names a
+    process even after the pid is reused."""
     fields = _stat_fields(Path(f"/proc/{pid}/stat"))
-    return None if fields is None else int(fields[19])  # field 22, starttime
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS, int(fields[19])  # field 22
+
+
+def ticks_since_boot() -> int:
+    """Now, in the clock ticks that :func:`cpu_and_start`'s start is counted in."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * _TICKS)
 
 
 @dataclass(frozen=True)
