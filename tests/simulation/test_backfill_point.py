@@ -15,11 +15,20 @@ from __future__ import annotations
 import pytest
 
 from kdsync.driver import DriverLimits
-from kdsync.ordering import GroupSpec, OrderingNode, RecoveredState, Timing
+from kdsync.ordering import (
+    Configuration,
+    DeliveredEvent,
+    GroupSpec,
+    LedgerState,
+    OrderingNode,
+    RecoveredState,
+    SourceEvent,
+    Timing,
+)
 from kdsync.simulation import run_scenario
-from kdsync.simulation.member import SimCosts, SimMember
+from kdsync.simulation.member import SimCosts, SimKafka, SimMember
 from kdsync.simulation.network import LinkFaults
-from kdsync.simulation.scenario import MembershipStep, Scenario
+from kdsync.simulation.scenario import MembershipStep, Scenario, make_scenario
 
 GROUP = GroupSpec(("m0", "m1", "m2", "m3", "m4"), witnesses=frozenset({"m3", "m4"}))
 NEW = "m5"
@@ -120,4 +129,30 @@ def test_a_new_member_starts_at_or_past_what_any_member_knows_every_log_stored(
         f"{NEW} was seeded at {point}, below what a member knows every log stored "
         f"(witnesses: {witnesses_knew}, data members: {data_members_knew})"
     )
+    assert outcome.ok, outcome.report()
+
+
+def test_a_member_seeded_by_a_backfill_hands_on_its_seed_not_an_empty_ledger() -> None:
+    """A data member added by a backfill is itself the donor of the next one before it
+    applied anything of its own (it applied least: seed 6003422, two data members added
+    back to back). Its ledger topic starts with the seeded record, as the product's
+    backfill writes it; the simulator once started that history with an empty ledger, so
+    the next member was seeded at index 0, below every trimmed log, and never caught up."""
+    seed = Configuration(("m0", "m1", "m3"))
+    event = SourceEvent(5, b"k", b"v", (), 0)
+    stream = [DeliveredEvent(seq, "m0", "t0", 0, event) for seq in range(3)]
+    seeded_at = LedgerState(applied_index=24, applied_term=3, next_seq={"t0": 3})
+    donor = SimKafka(ledger=seeded_at, ledger_history=[LedgerState(), seeded_at])
+    donor.globals["t0"] = stream
+    first = donor.backfill_copy(24, seed)
+    assert first is not None
+    second = first.backfill_copy(first.ledger.applied_index, seed)
+    assert second is not None
+    assert second.ledger.applied_index == 24
+    assert second.globals["t0"] == stream
+
+
+def test_two_data_members_added_back_to_back_both_catch_up() -> None:
+    """The scenario that showed it (outside CI's seed range), replayed."""
+    outcome = run_scenario(make_scenario(6003422))
     assert outcome.ok, outcome.report()

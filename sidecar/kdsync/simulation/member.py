@@ -104,6 +104,10 @@ class SimKafka:
             ledger = replace(ledger, config=seed, config_index=0)
         return SimKafka(
             ledger=ledger,
+            # Its ledger topic starts with the seeded record (the backfill writes it), not
+            # with an empty ledger: a later backfill from this member must not go back
+            # to before its seed, where it holds nothing.
+            ledger_history=[ledger],
             globals={
                 topic: stream[: ledger.next_seq.get(topic, 0)]
                 for topic, stream in self.globals.items()
