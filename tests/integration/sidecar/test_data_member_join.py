@@ -321,6 +321,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
                 )
             finally:
                 all_watch.close()
+            phase("all four order")
         finally:
             running = traffic.stop()
             if late is not None:
@@ -328,6 +329,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
         watch.close()
         totals = {m: produced.get(m, 0) + running.get(m, 0) for m in everyone}
         verify_group(group, everyone, source_topic, global_topic, totals, replicas=list(everyone))
+        phase("checked by the independent checker")
 
         report_path = tmp_path / "audit.json"
         status = audit_main(["--config", str(new.config_path), "--report", str(report_path)])
@@ -335,6 +337,7 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
         assert status == 0, report["violations"]
         assert sorted(report["membership"]["checked"]) == sorted(everyone), report["membership"]
         assert report["checked"]["events"] >= sum(totals.values()), report["checked"]
+        phase("audited")
         print("\n--- killed run:\n" + first_lines.text + "\n--- second run:\n" + lines.text)
         print(f"test phases (s since the test began): {json.dumps(phases)}")
         print(f"m4's catch-up until it voted: {caught_up}")
