@@ -64,6 +64,9 @@ def render(statuses: Sequence[Mapping[str, Any]]) -> str:
             if sync.get("errors"):
                 note += f" (errors: {sync.get('lastError')})"
             notes.append(note)
+        fallback = (s.get("transport") or {}).get("fallbackReason")
+        if fallback:
+            notes.append(f"RDMA FELL BACK TO TCP: {fallback}")
         topic_config = s.get("globalTopicConfig") or {}
         if topic_config.get("drift"):
             notes.append(f"T-GLOBAL CONFIG DRIFT: {', '.join(topic_config['drift'])}")
