@@ -132,10 +132,17 @@ class Cluster:
                                 "readOnlyRootFilesystem": True,
                                 "capabilities": {"drop": ["ALL"]},
                             },
-                            "volumeMounts": [{"name": "tools", "mountPath": "/tools"}],
+                            # /tmp: the admin client writes its key there while it loads it.
+                            "volumeMounts": [
+                                {"name": "tools", "mountPath": "/tools"},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
                         }
                     ],
-                    "volumes": [{"name": "tools", "configMap": {"name": "e2e-tools"}}],
+                    "volumes": [
+                        {"name": "tools", "configMap": {"name": "e2e-tools"}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
+                    ],
                 },
             }
         )

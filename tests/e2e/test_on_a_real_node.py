@@ -12,6 +12,7 @@ and written to .kdsync-run/e2e-figures.json.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import itertools
 import json
@@ -22,7 +23,11 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
+from kdsync.pki import GroupCa
 from tests.e2e.conftest import (
     NAMESPACE,
     OPERATOR_NAMESPACE,
@@ -598,6 +603,86 @@ def test_editing_members_adds_a_data_member_with_a_spark_backfill_then_removes_i
 
 
 # --- audits ---------------------------------------------------------------------------------
+
+
+def _operator_credentials_b64(cluster: Cluster) -> tuple[str, str, str]:
+    """The group CA and a fresh operator certificate and key from it, as base64 PEM: what
+    anyone holding the group's CA Secret can make (``kdsync.pki.GroupCa.issue_operator``)."""
+    data = (cluster.get("secret", f"{GROUP}-ca") or {})["data"]
+    ca_pem, ca_key_pem = (base64.b64decode(data[k]) for k in ("ca.crt", "ca.key"))
+    key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    ca = GroupCa(GROUP, x509.load_pem_x509_certificate(ca_pem), key)
+    cert, cert_key = ca.issue_operator(valid_days=1)
+    pems = (
+        ca_pem,
+        cert.public_bytes(serialization.Encoding.PEM),
+        cert_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+    encoded = tuple(base64.b64encode(pem).decode() for pem in pems)
+    return encoded[0], encoded[1], encoded[2]
+
+
+def test_a_member_removed_by_hand_shows_as_drift_until_the_spec_says_so(
+    cluster: Cluster, group: str, figures: dict[str, float]
+) -> None:
+    """GitOps drift: the witness is taken out of the running group without the operator
+    (over the admin listeners, with an operator certificate from the group's CA). The
+    operator reports it, MembersMatchSpec False with ChangedOutsideSpec naming the
+    witness and a warning Event, and leaves the group as it is; once the spec says the
+    same, the witness's StatefulSet goes and the condition is True again."""
+    ca, cert, key = _operator_credentials_b64(cluster)
+    members = [
+        arg
+        for m in ("one", "two", "arbiter")
+        for arg in ("--member", f"{m}={GROUP}-{m}-0.{GROUP}-peers.{NAMESPACE}.svc:8443")
+    ]
+    taken = cluster.tool(
+        "remove-by-hand", "--group", GROUP, *members, "--ca", ca, "--cert", cert, "--key", key,
+        "--remove", "arbiter", timeout=300,
+    )  # fmt: skip
+    assert taken["status"] == 200, taken
+    removed_at = time.monotonic()
+    drift = wait_for(
+        "MembersMatchSpec False for the witness removed by hand",
+        lambda: (
+            (c := cluster.condition("kdg", GROUP, "MembersMatchSpec"))
+            and c.get("status") == "False"
+            and c
+        ),
+        timeout=180,
+    )
+    figures["member removed by hand: drift reported after"] = round(
+        time.monotonic() - removed_at, 1
+    )
+    assert drift["reason"] == "ChangedOutsideSpec", drift
+    assert "arbiter is in the spec, not in the group" in drift["message"], drift
+    warnings = [
+        e
+        for e in cluster.items("events")
+        if e.get("reason") == "MembersMatchSpecFalse" and e.get("type") == "Warning"
+    ]
+    assert warnings, "no warning Event for the drift"
+    # The operator does not undo it: the witness's StatefulSet stays while the spec names it.
+    sets = {s["metadata"]["name"] for s in cluster.items("statefulsets")}
+    assert f"{GROUP}-arbiter" in sets, sets
+    spec_members = [m["name"] for m in (cluster.get("kdg", GROUP) or {})["spec"]["members"]]
+    drop = [{"op": "remove", "path": f"/spec/members/{spec_members.index('arbiter')}"}]
+    cluster.kubectl(
+        "patch", "kdg", GROUP, "-n", NAMESPACE, "--type=json", "-p", json.dumps(drop)
+    )  # fmt: skip
+    wait_for(
+        "the spec's members in force and matched",
+        lambda: (
+            _membership_settled(cluster, ("one", "two"))
+            and cluster.condition("kdg", GROUP, "MembersMatchSpec").get("status") == "True"
+        ),
+        timeout=600,
+    )
 
 
 def _audit_phases(cluster: Cluster, app: dict[str, Any]) -> dict[str, float]:

@@ -17,6 +17,14 @@ confluent-kafka and kdsync.verification) and read its one line of JSON output:
 independent checker (kdsync.verification.replica_check): agreement, gap-free sequence,
 exactly once, origin order and fidelity against the origin topics.
 
+``remove-by-hand`` takes a member out of the group the way someone with the group CA
+would without the operator: as the operator, over the members' admin listeners (the
+operator's certificate, issued by the test from the group's CA Secret, comes as base64
+PEM arguments), on whoever leads:
+
+    python kafka_tool.py remove-by-hand --group demo --member one=HOST:8443 ... \
+        --ca B64 --cert B64 --key B64 --remove arbiter --timeout 120
+
 ``watch`` reads a ``T-global`` from its end as a read_committed consumer until
 ``--expect`` more events have arrived, and reports the longest time between two arrivals:
 how long that member delivered nothing while traffic ran (a membership change's pause).
@@ -26,6 +34,7 @@ It prints ``{"watching": ...}`` once positioned, so a test starts the traffic af
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
 import json
 import random
@@ -38,6 +47,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from kdsync.admin_client import AdminClient as MemberAdminClient
+from kdsync.admin_client import AdminUnreachable
 from kdsync.verification.replica_check import TopicFollower, check_group, global_order
 
 
@@ -256,6 +267,39 @@ def watch(args: argparse.Namespace) -> None:
         sys.exit(1)  # delivery stopped: the test fails with this line
 
 
+def remove_by_hand(args: argparse.Namespace) -> None:
+    """POST {"remove": NAME} to the leader's admin listener until it is taken (200), asking
+    again on 409 (no leader yet, a change settling) within the deadline."""
+    addresses = dict(item.split("=", 1) for item in args.member)
+    pems = [base64.b64decode(value) for value in (args.ca, args.cert, args.key)]
+    deadline = time.monotonic() + args.timeout
+    last: dict[str, Any] = {}
+    with MemberAdminClient(*pems, args.group) as client:
+        while time.monotonic() < deadline:
+            leader = None
+            for member, address in addresses.items():
+                try:
+                    code, status = client.get_json(address, "/status", member, 10)
+                except AdminUnreachable as exc:
+                    last = {"unreachable": member, "error": str(exc)}
+                    continue
+                if code == 200 and status.get("role") == "leader":
+                    leader = member
+                    break
+            if leader is not None:
+                body = {"remove": args.remove}
+                code, answer = client.post_json(addresses[leader], "/membership", leader, body, 10)
+                last = {"leader": leader, "status": code, "answer": answer}
+                if code == 200:
+                    emit(last)
+                    return
+                if code != 409:
+                    break  # refused for good: the test fails with this answer
+            time.sleep(0.5)  # asking again, within the deadline
+    emit({"taken": False, **last})
+    sys.exit(1)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -293,6 +337,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--expect", type=int, required=True)
     p.add_argument("--timeout", type=float, default=600.0)
     p.set_defaults(run=watch)
+    p = commands.add_parser("remove-by-hand")
+    p.add_argument("--group", required=True)
+    p.add_argument("--member", action="append", required=True, metavar="NAME=HOST:PORT")
+    p.add_argument("--ca", required=True, help="the group CA certificate, PEM in base64")
+    p.add_argument("--cert", required=True, help="the operator's certificate, PEM in base64")
+    p.add_argument("--key", required=True, help="the operator's key, PEM in base64")
+    p.add_argument("--remove", required=True)
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.set_defaults(run=remove_by_hand)
     args = parser.parse_args(argv)
     args.run(args)
 
