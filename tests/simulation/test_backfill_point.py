@@ -135,24 +135,27 @@ def test_a_new_member_starts_at_or_past_what_any_member_knows_every_log_stored(
 def test_a_member_seeded_by_a_backfill_hands_on_its_seed_not_an_empty_ledger() -> None:
     """A data member added by a backfill is itself the donor of the next one before it
     applied anything of its own (it applied least: seed 6003422, two data members added
-    back to back). Its ledger topic starts with the seeded record, as the product's
-    backfill writes it; the simulator once started that history with an empty ledger, so
-    the next member was seeded at index 0, below every trimmed log, and never caught up."""
+    back to back). It hands on the ledger it was seeded with, as the product's backfill
+    does (it writes that ledger to the new member's ledger topic and reads the donor's
+    latest). The simulator once kept a ledger history that started with an empty ledger
+    for such a member, so the next one was seeded at index 0, below every trimmed log,
+    and never caught up."""
     seed = Configuration(("m0", "m1", "m3"))
     event = SourceEvent(5, b"k", b"v", (), 0)
     stream = [DeliveredEvent(seq, "m0", "t0", 0, event) for seq in range(3)]
-    seeded_at = LedgerState(applied_index=24, applied_term=3, next_seq={"t0": 3})
-    donor = SimKafka(ledger=seeded_at, ledger_history=[LedgerState(), seeded_at])
+    donor = SimKafka(ledger=LedgerState(applied_index=24, applied_term=3, next_seq={"t0": 3}))
     donor.globals["t0"] = stream
-    first = donor.backfill_copy(24, seed)
-    assert first is not None
-    second = first.backfill_copy(first.ledger.applied_index, seed)
-    assert second is not None
+    first = donor.backfill_copy(seed)
+    second = first.backfill_copy(seed)
     assert second.ledger.applied_index == 24
+    assert second.ledger.config == seed
     assert second.globals["t0"] == stream
 
 
 def test_two_data_members_added_back_to_back_both_catch_up() -> None:
     """The scenario that showed it (outside CI's seed range), replayed."""
-    outcome = run_scenario(make_scenario(6003422))
+    scenario = make_scenario(6003422)
+    kinds = [step.kind for step in scenario.membership]
+    assert kinds[-2:] == ["add-data", "add-data"], scenario.membership  # what it must draw
+    outcome = run_scenario(scenario)
     assert outcome.ok, outcome.report()

@@ -85,29 +85,19 @@ class SimKafka:
     # Source offsets committed beyond what T-global holds (must never happen).
     positions_ahead: list[str] = field(default_factory=list)
     trimmed_below: int = 0  # the internal log topic holds nothing below this index
-    # Every ledger committed, oldest first: the ledger topic's history, which a
-    # backfill reads to start a new member at an earlier point than the latest.
-    ledger_history: list[LedgerState] = field(default_factory=lambda: [LedgerState()])
 
-    def backfill_copy(self, at_most: int, seed: Configuration) -> SimKafka | None:
-        """What a backfill job gives a new member from this one: its latest ledger at
-        or below applied index ``at_most`` and its global topics up to that ledger's
+    def backfill_copy(self, seed: Configuration) -> SimKafka:
+        """What a backfill job gives a new member from this one, as the product's does
+        (``kdsync.backfill``): its latest ledger and its global topics up to that ledger's
         sequence numbers (the ledger describes them exactly), nothing else. The ledger
         says the configuration in force there, ``seed`` (this member's startup file's)
         if no change was applied yet: the new member must not take its own startup
         file, which names it, for the group it joins."""
-        fit = [state for state in self.ledger_history if state.applied_index <= at_most]
-        if not fit:
-            return None
-        ledger = fit[-1]
+        ledger = self.ledger
         if ledger.config is None:
             ledger = replace(ledger, config=seed, config_index=0)
         return SimKafka(
             ledger=ledger,
-            # Its ledger topic starts with the seeded record (the backfill writes it), not
-            # with an empty ledger: a later backfill from this member must not go back
-            # to before its seed, where it holds nothing.
-            ledger_history=[ledger],
             globals={
                 topic: stream[: ledger.next_seq.get(topic, 0)]
                 for topic, stream in self.globals.items()
@@ -136,7 +126,6 @@ class SimKafka:
             for delivered in delivery.events:
                 self.globals.setdefault(delivered.topic, []).append(delivered)
         self.ledger = ledger
-        self.ledger_history.append(ledger)
 
     def commit_positions(self, member: str, positions: Mapping[SourcePartition, int]) -> None:
         marks = self.ledger.positions_of(member)

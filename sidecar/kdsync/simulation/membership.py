@@ -154,7 +154,7 @@ class MembershipOperator:
         if below_floor(choice, point) or applied_everywhere(statuses, data_members, point):
             return None
         seed = Configuration(donor.group.members, donor.group.witnesses)
-        return donor.kafka.backfill_copy(point, seed)
+        return donor.kafka.backfill_copy(seed)
 
 
 def _proposal(step: MembershipStep, config: Configuration) -> Configuration | None:

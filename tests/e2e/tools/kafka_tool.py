@@ -268,15 +268,19 @@ def watch(args: argparse.Namespace) -> None:
 
 
 def remove_by_hand(args: argparse.Namespace) -> None:
-    """POST {"remove": NAME} to the leader's admin listener until it is taken (200), asking
-    again on 409 (no leader yet, a change settling) within the deadline."""
+    """POST {"remove": NAME} to the leader's admin listener until it is taken, then wait
+    until the leader's configuration in force no longer has it. Asks again, within the
+    deadline, when no member leads yet, a change is settling (409) or a request got no
+    answer (it may have been taken: a later 404, no such member, then means it was)."""
     addresses = dict(item.split("=", 1) for item in args.member)
     pems = [base64.b64decode(value) for value in (args.ca, args.cert, args.key)]
     deadline = time.monotonic() + args.timeout
     last: dict[str, Any] = {}
+    asked = False
     with MemberAdminClient(*pems, args.group) as client:
-        while time.monotonic() < deadline:
-            leader = None
+
+        def leader_status() -> tuple[str, dict[str, Any]] | None:
+            nonlocal last
             for member, address in addresses.items():
                 try:
                     code, status = client.get_json(address, "/status", member, 10)
@@ -284,17 +288,31 @@ def remove_by_hand(args: argparse.Namespace) -> None:
                     last = {"unreachable": member, "error": str(exc)}
                     continue
                 if code == 200 and status.get("role") == "leader":
-                    leader = member
-                    break
-            if leader is not None:
-                body = {"remove": args.remove}
-                code, answer = client.post_json(addresses[leader], "/membership", leader, body, 10)
-                last = {"leader": leader, "status": code, "answer": answer}
-                if code == 200:
-                    emit(last)
+                    return member, status
+            return None
+
+        while time.monotonic() < deadline:
+            found = leader_status()
+            if found is not None:
+                leader, status = found
+                config = status.get("configuration") or {}
+                members = [*config.get("voters", []), *config.get("learners", [])]
+                if asked and args.remove not in members and config.get("committed"):
+                    emit({"taken": True, "leader": leader, "configuration": config, **last})
                     return
-                if code != 409:
-                    break  # refused for good: the test fails with this answer
+                if not asked or args.remove in members:
+                    try:
+                        code, answer = client.post_json(
+                            addresses[leader], "/membership", leader, {"remove": args.remove}, 10
+                        )
+                    except AdminUnreachable as exc:
+                        asked, last = True, {"leader": leader, "error": str(exc)}
+                    else:
+                        last = {"leader": leader, "status": code, "answer": answer}
+                        if code == 200 or (code == 404 and asked):
+                            asked = True  # taken now, or by an earlier request
+                        elif code != 409:
+                            break  # refused for good: the test fails with this answer
             time.sleep(0.5)  # asking again, within the deadline
     emit({"taken": False, **last})
     sys.exit(1)

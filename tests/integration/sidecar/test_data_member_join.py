@@ -213,7 +213,10 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
     phases: dict[str, float] = {}
 
     def phase(name: str) -> None:
+        """Printed as it happens: pytest shows a failed test's output, and a run that
+        fails or times out later still says how far it got and when."""
         phases[name] = round(time.monotonic() - began, 1)
+        print(f"phase at {phases[name]} s: {name}", flush=True)
 
     with LocalKafkaFleet(
         ["kafka-4"], run_root=kafka_run_root, distribution=kafka_distribution
