@@ -307,9 +307,21 @@ def test_a_fourth_member_joins_under_traffic_and_its_backfill_survives_sigkill(
             pauses["m4 joins (learner, backfill killed and resumed, voter)"] = pause_watch.stop()
             assert second.returncode == 0, lines.text
             assert lines.has("m4 votes now"), lines.text
-            for member in everyone:
-                config = (group.status(member) or {}).get("configuration") or {}
-                assert sorted(config.get("voters", [])) == sorted(everyone), (member, config)
+
+            # The command returns once the leader committed the promotion; each member
+            # (m4 too) holds it once the next Append reaches it.
+            def configurations() -> dict[str, Any]:
+                return {m: (group.status(m) or {}).get("configuration") for m in everyone}
+
+            wait_for(
+                "every member to count m4 as a voter",
+                lambda: all(
+                    sorted((c or {}).get("voters", [])) == sorted(everyone)
+                    for c in configurations().values()
+                ),
+                60,
+                lambda: json.dumps(configurations()),
+            )
 
             # 3. The new region's own events reach everyone; everyone goes on ordering.
             late = Traffic({"m4": m4_servers}, source_topic, RATE).start()
