@@ -19,13 +19,15 @@ def _stat_fields(path: Path) -> list[str] | None:
     return text[text.rfind(")") + 2 :].split()
 
 
+def _cpu(fields: list[str]) -> float:
+    # Fields 14 and 15 (utime, stime); fields[0] is field 3.
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU of every thread of ``pid`` so far (None if it is gone)."""
     fields = _stat_fields(Path(f"/proc/{pid}/stat"))
-    if fields is None:
-        return None
-    # Fields 14 and 15 (utime, stime); fields[0] is field 3.
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return None if fields is None else _cpu(fields)
 
 
 def cpu_and_start(pid: int) -> tuple[float, int] | None:
@@ -33,9 +35,7 @@ def cpu_and_start(pid: int) -> tuple[float, int] | None:
     ticks since boot, from one read (None if it is gone). With the pid, the start names a
     process even after the pid is reused."""
     fields = _stat_fields(Path(f"/proc/{pid}/stat"))
-    if fields is None:
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICKS, int(fields[19])  # field 22
+    return None if fields is None else (_cpu(fields), int(fields[19]))  # field 22
 
 
 def ticks_since_boot() -> int:
@@ -79,7 +79,7 @@ def thread_cpu_seconds(pid: int) -> dict[tuple[int, str], float]:
             continue
         fields = _stat_fields(task_dir / str(tid) / "stat")
         if fields is not None:
-            result[(tid, name)] = (int(fields[11]) + int(fields[12])) / _TICKS
+            result[(tid, name)] = _cpu(fields)
     return result
 
 
