@@ -24,11 +24,10 @@ from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
-from kdsync.pki import GroupCa
+from kdsync_operator import children
+from kdsync_operator.pki import operator_credentials
+from kdsync_operator.spec import Group
 from tests.e2e.conftest import (
     NAMESPACE,
     OPERATOR_NAMESPACE,
@@ -604,25 +603,15 @@ def test_editing_members_adds_a_data_member_with_a_spark_backfill_then_removes_i
 
 
 def _operator_credentials_b64(cluster: Cluster) -> tuple[str, str, str]:
-    """The group CA and a fresh operator certificate and key from it, as base64 PEM: what
-    anyone holding the group's CA Secret can make (``kdsync.pki.GroupCa.issue_operator``)."""
-    data = (cluster.get("secret", f"{GROUP}-ca") or {})["data"]
-    ca_pem, ca_key_pem = (base64.b64decode(data[k]) for k in ("ca.crt", "ca.key"))
-    key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    assert isinstance(key, ec.EllipticCurvePrivateKey)
-    ca = GroupCa(GROUP, x509.load_pem_x509_certificate(ca_pem), key)
-    cert, cert_key = ca.issue_operator(valid_days=1)
-    pems = (
-        ca_pem,
-        cert.public_bytes(serialization.Encoding.PEM),
-        cert_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
+    """The group CA and a fresh operator certificate and key, as base64 PEM, made from the
+    group's CA Secret by the operator's own code: what anyone holding that Secret can make."""
+    ca_secret = children.ca_secret_name(GROUP)
+    pems = operator_credentials(
+        Group.from_object(cluster.get("kdg", GROUP) or {}),
+        {ca_secret: cluster.get("secret", ca_secret) or {}},
     )
-    encoded = tuple(base64.b64encode(pem).decode() for pem in pems)
-    return encoded[0], encoded[1], encoded[2]
+    ca, cert, key = (base64.b64encode(pem).decode() for pem in pems)
+    return ca, cert, key
 
 
 def test_a_member_removed_by_hand_shows_as_drift_until_the_spec_says_so(
