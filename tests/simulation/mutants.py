@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from kdsync.driver import DriverLimits, DriverPorts, MemberDriver
 from kdsync.ordering import (
@@ -133,7 +132,7 @@ class WitnessWithoutRecovery(OrderingNode):
             self._ready.messages.clear()
 
 
-class _SplicingRecovery(WitnessRecovery):
+class SplicingRecovery(WitnessRecovery):
     """Takes every part of an answer as the continuation of what it holds, without
     checking that the part starts where the held entries end (log matching)."""
 
@@ -141,20 +140,10 @@ class _SplicingRecovery(WitnessRecovery):
         self, sender: str, reply: RecoverReply, term: int
     ) -> RecoveredWitness | RecoverRequest | None:
         partial = self._partial.get(sender)
-        if partial is not None and reply.nonce == self._nonce:
+        if partial is not None and reply.nonce == self._out.get(sender):
             index, entry_term = partial.last()
             reply = replace(reply, prev_index=index, prev_term=entry_term)
         return super().reply(sender, reply, term)
-
-
-class WitnessSplicesRecoveryParts(OrderingNode):
-    """A restarted witness builds its log from answer parts that may come from two
-    different versions of a member's log."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self._recovery is not None:
-            self._recovery = _SplicingRecovery(self._peers, self.incarnation, self.member)
 
 
 class CommitByCountingOldTerms(OrderingNode):
@@ -247,7 +236,6 @@ MUTANTS: dict[str, type[OrderingNode]] = {
     "vote-without-log-check": VoteWithoutLogCheck,
     "forget-marks-on-restart": ForgetMarksOnRestart,
     "witness-without-recovery": WitnessWithoutRecovery,
-    "witness-splices-recovery-parts": WitnessSplicesRecoveryParts,
     "compacts-uncommitted-entries": CompactsUncommittedEntries,
     "learns-own-batches-only-when-applied": LearnsOwnBatchesOnlyWhenApplied,
     "elections-without-pre-vote-or-backoff": ElectionsWithoutPreVoteOrBackoff,
@@ -256,6 +244,15 @@ MUTANTS: dict[str, type[OrderingNode]] = {
     "commit-old-terms-by-counting": CommitByCountingOldTerms,
     # Membership changes (docs/ordering.md, "Membership changes").
     "counts-startup-majority": CountsStartupMajority,
+}
+
+# A witness's recovery on its own: tests/unit/test_witness_recovery_parts.py must catch it.
+# The simulator did (after 217 seeds) while a recovering witness took every copy of an
+# answer that started afresh; since it keeps one request out per member (seed 6017355),
+# a log overwritten between two parts comes up a few times in 4,000 seeds and the
+# spliced logs did no harm there within 4,000 seeds.
+RECOVERY_MUTANTS: dict[str, type[WitnessRecovery]] = {
+    "witness-splices-recovery-parts": SplicingRecovery,
 }
 
 DRIVER_MUTANTS: dict[str, Callable[..., MemberDriver]] = {

@@ -330,13 +330,17 @@ def test_a_recovering_witness_also_waits_for_voters_the_answers_name() -> None:
     log = ReplicatedLog()
     grown = Configuration(("a", "b", "c", "w"), frozenset({"w"}), ("d",))
     recovery = WitnessRecovery(("a", "b"), 7, "w")
-    asked = [peer for peer, _ in recovery.requests(1)]
-    assert asked == ["a", "b"]
-    answer = recover_reply(3, log, 0, RecoverRequest(1, 7), 1 << 20, grown)
-    assert recovery.reply("a", answer, 1) is None
-    assert [peer for peer, _ in recovery.new_requests(1)] == ["c"]
-    assert recovery.reply("b", answer, 1) is None, "c has not answered yet"
-    outcome = recovery.reply("c", answer, 1)
+    asked = dict(recovery.requests(1))
+    assert list(asked) == ["a", "b"]
+
+    def answer(request: RecoverRequest) -> RecoverReply:
+        return recover_reply(3, log, 0, request, 1 << 20, grown)
+
+    assert recovery.reply("a", answer(asked["a"]), 1) is None
+    ((named, to_c),) = recovery.new_requests(1)
+    assert named == "c"
+    assert recovery.reply("b", answer(asked["b"]), 1) is None, "c has not answered yet"
+    outcome = recovery.reply("c", answer(to_c), 1)
     assert isinstance(outcome, RecoveredWitness)
     assert outcome.config == grown and outcome.term == 3
 
@@ -354,10 +358,11 @@ def test_a_recovering_witness_waits_for_every_configuration_from_the_committed_o
     for index in range(1, 16):
         log_b.append(Entry(index, 3 if index > 10 else 1, None, with_y if index == 15 else None))
     recovery = WitnessRecovery(("a", "b"), 7, "w")
-    recovery.requests(1)
-    request = RecoverRequest(1, 7)
-    assert recovery.reply("a", recover_reply(2, log_a, 10, request, 1 << 20, committed), 1) is None
-    assert recovery.reply("b", recover_reply(3, log_b, 10, request, 1 << 20, committed), 1) is None
+    asked = dict(recovery.requests(1))
+    to_a = recover_reply(2, log_a, 10, asked["a"], 1 << 20, committed)
+    to_b = recover_reply(3, log_b, 10, asked["b"], 1 << 20, committed)
+    assert recovery.reply("a", to_a, 1) is None
+    assert recovery.reply("b", to_b, 1) is None
     assert sorted(peer for peer, _ in recovery.new_requests(1)) == ["x", "y"]
 
 

@@ -9,10 +9,13 @@ answer starts again from its commit index: the witness never splices two logs.
 
 from __future__ import annotations
 
+import pytest
+
 from kdsync.ordering.log import Entry, ReplicatedLog
 from kdsync.ordering.messages import RecoverReply, RecoverRequest
 from kdsync.ordering.witness import RecoveredWitness, WitnessRecovery, recover_reply
 from kdsync.wire_format.messages import decode_message, encode_message
+from tests.simulation.mutants import RECOVERY_MUTANTS
 from tests.unit.test_ledger import batch
 
 NONCE = 7
@@ -86,9 +89,12 @@ def test_an_entry_larger_than_the_bound_still_travels_alone() -> None:
     assert list(recovered.entries) == log.slice(2, 5)
 
 
-def test_a_log_overwritten_between_parts_is_fetched_again_not_spliced() -> None:
+def _recover_across_an_overwrite(
+    recovery: WitnessRecovery,
+) -> tuple[RecoveredWitness, ReplicatedLog]:
+    """A first part of three entries; then a new leader of term 3 overwrites the member's
+    log from index 7 and commits up to 6, and the member answers the next request."""
     before = _log([(i, 1) for i in range(1, 21)], commit=5)
-    recovery = WitnessRecovery(("a",), NONCE, "w")
     ((peer, first_request),) = recovery.requests(TERM)
     entry = before.entry(6).batch
     assert entry is not None
@@ -97,25 +103,50 @@ def test_a_log_overwritten_between_parts_is_fetched_again_not_spliced() -> None:
     follow_up = recovery.reply(peer, first, TERM)
     assert isinstance(follow_up, RecoverRequest)
     assert (follow_up.after_index, follow_up.after_term) == (8, 1)
-    # Meanwhile a new leader of term 3 overwrote the member's log from index 7 and
-    # committed up to 6.
     after = _log([(i, 1 if i < 7 else 3) for i in range(1, 13)], commit=6)
     second = _answer(after, 6, follow_up, max_bytes=1 << 20)
     assert (second.prev_index, second.prev_term) == (6, 1), "starts again at its commit"
     recovered = recovery.reply(peer, second, TERM)
     assert isinstance(recovered, RecoveredWitness)
+    return recovered, after
+
+
+def test_a_log_overwritten_between_parts_is_fetched_again_not_spliced() -> None:
+    recovered, member = _recover_across_an_overwrite(WitnessRecovery(("a",), NONCE, "w"))
     assert (recovered.commit_index, recovered.commit_term) == (6, 1)
-    assert list(recovered.entries) == after.slice(7, 12)
+    assert list(recovered.entries) == member.slice(7, 12)
     assert all(e.term == 3 for e in recovered.entries)
 
 
-def test_a_part_that_continues_nothing_held_is_ignored() -> None:
+@pytest.mark.parametrize("name", sorted(RECOVERY_MUTANTS))
+def test_the_planted_splice_is_caught(name: str) -> None:
+    """The broken variant ends with a log no member holds: entries 6-8 of term 1, then
+    term 3's from 7 on, after them."""
+    broken = RECOVERY_MUTANTS[name](("a",), NONCE, "w")
+    recovered, member = _recover_across_an_overwrite(broken)
+    held = member.slice(recovered.commit_index + 1, member.last_index)
+    assert list(recovered.entries) != held
+
+
+def test_an_answer_to_no_request_out_is_ignored() -> None:
+    """An answer echoes its request's nonce: one to a request this witness never sent
+    (or sent before it restarted) continues nothing it asked for."""
     log = _log([(i, 1) for i in range(1, 11)], commit=2)
-    recovery = WitnessRecovery(("a",), NONCE, "w")
-    stray = _answer(log, 2, RecoverRequest(TERM, NONCE, 6, 1), max_bytes=1 << 20)
+    earlier_start = WitnessRecovery(("a",), NONCE, "w")
+    ((_, request_before_restart),) = earlier_start.requests(TERM)
+    recovery = WitnessRecovery(("a",), NONCE + 1, "w")
+    ((_, request),) = recovery.requests(TERM)
+    assert request.nonce != request_before_restart.nonce
+    late = _answer(log, 2, request_before_restart, max_bytes=1 << 20)
+    assert recovery.reply("a", late, TERM) is None
+    stray = _answer(log, 2, RecoverRequest(TERM, request.nonce + 1, 6, 1), max_bytes=1 << 20)
     assert stray.prev_index == 6
     assert recovery.reply("a", stray, TERM) is None
-    assert recovery.requests(TERM) == [("a", RecoverRequest(TERM, NONCE))]
+    # What it asked for still counts.
+    answer = _answer(log, 2, request, max_bytes=1 << 20)
+    recovered = recovery.reply("a", answer, TERM)
+    assert isinstance(recovered, RecoveredWitness)
+    assert list(recovered.entries) == log.slice(3, 10)
 
 
 def test_a_re_ask_keeps_answers_that_took_parts_and_refreshes_whole_ones() -> None:
@@ -123,17 +154,99 @@ def test_a_re_ask_keeps_answers_that_took_parts_and_refreshes_whole_ones() -> No
     short_log = _log([(i, 1) for i in range(1, 4)], commit=3)
     recovery = WitnessRecovery(("a", "b", "c"), NONCE, "w")
     bound = 1  # one entry per part
-    whole = _answer(short_log, 3, RecoverRequest(TERM, NONCE), bound)
-    assert recovery.reply("a", whole, TERM) is None
-    request: RecoverRequest | RecoveredWitness | None = RecoverRequest(TERM, NONCE)
+    asked = dict(recovery.requests(TERM))
+    assert recovery.reply("a", _answer(short_log, 3, asked["a"], bound), TERM) is None
+    request: RecoverRequest | RecoveredWitness | None = asked["b"]
     while isinstance(request, RecoverRequest):
         request = recovery.reply("b", _answer(long_log, 2, request, bound), TERM)
     assert request is None  # c has not answered
     # The re-ask (c's answer was lost): a's one-message answer is asked for again, fresher;
     # b's eight-part answer is asked for afresh too but kept meanwhile, so a large answer
     # need not fit in one re-ask period (and a kept one is still replaced in time).
-    assert sorted(peer for peer, _ in recovery.requests(TERM)) == ["a", "b", "c"]
-    assert recovery.reply("a", whole, TERM) is None
-    recovered = recovery.reply("c", whole, TERM)
+    again = dict(recovery.requests(TERM))
+    assert sorted(again) == ["a", "b", "c"]
+    assert again["c"] == asked["c"], "the request still out to c is repeated, not replaced"
+    assert again["b"].after_index == 0, "b's answer is asked for from its start"
+    assert recovery.reply("a", _answer(short_log, 3, again["a"], bound), TERM) is None
+    recovered = recovery.reply("c", _answer(short_log, 3, asked["c"], bound), TERM)
     assert isinstance(recovered, RecoveredWitness)
     assert list(recovered.entries) == long_log.slice(3, 10)
+
+
+def test_an_answer_delivered_twice_counts_once() -> None:
+    """The copy asks for nothing: two requests out to one member would be two chains."""
+    log = _log([(i, 1) for i in range(1, 11)], commit=2)
+    recovery = WitnessRecovery(("a",), NONCE, "w")
+    ((_, request),) = recovery.requests(TERM)
+    answer = _answer(log, 2, request, max_bytes=1)
+    assert answer.more
+    follow_up = recovery.reply("a", answer, TERM)
+    assert isinstance(follow_up, RecoverRequest)
+    assert (follow_up.after_index, follow_up.after_term) == (3, 1)
+    assert recovery.reply("a", answer, TERM) is None
+
+
+def _window(commit: int) -> ReplicatedLog:
+    """A member that keeps nothing at or below ``commit - 1`` in memory, and five
+    entries after its commit index."""
+    log = ReplicatedLog()
+    after = range(commit + 1, commit + 6)
+    log.reset(commit, 1, [Entry(i, 1, batch(10 * i, 10 * i + 10, origin=f"o{i}")) for i in after])
+    return log
+
+
+def test_answers_that_all_start_afresh_keep_one_request_out() -> None:
+    """The group commits faster than the witness takes parts (one entry each), and the
+    entry a request continues after has always left the member's memory: every answer
+    starts afresh from the member's commit index. With every frame delivered twice and a
+    re-ask every ten rounds, one request stays out; before requests had nonces of their
+    own, each copy of a fresh start was taken and the requests out doubled every round
+    (simulator seed 6017355)."""
+    recovery = WitnessRecovery(("a",), NONCE, "w")
+    in_flight = [request for _, request in recovery.requests(TERM)]
+    commit = 10
+    for round_ in range(1, 61):
+        if round_ % 10 == 0:
+            in_flight += [request for _, request in recovery.requests(TERM)]
+        answered, in_flight = in_flight, []
+        commit += 2
+        member = _window(commit)
+        for request in answered:
+            answer = _answer(member, commit, request, max_bytes=1)
+            assert answer.prev_index == commit and answer.more
+            for copy in (answer, answer):
+                outcome = recovery.reply("a", copy, TERM)
+                if isinstance(outcome, RecoverRequest):
+                    in_flight.append(outcome)
+        assert len(in_flight) == 1, f"round {round_}: {len(in_flight)} requests out"
+
+
+def test_a_whole_answer_that_arrives_after_a_re_ask_still_counts() -> None:
+    """On a link slower than the re-ask period, a one-message answer arrives after the
+    re-ask that forgot the previous one and asked again: it counts (it was given after
+    this start and starts no chain), or such a member would never count as answered."""
+    log = _log([(i, 1) for i in range(1, 6)], commit=2)
+    recovery = WitnessRecovery(("a", "b"), NONCE, "w")
+    first = dict(recovery.requests(TERM))
+    assert recovery.reply("a", _answer(log, 2, first["a"], 1 << 20), TERM) is None
+    # b's answer is slow: the re-ask forgets a's and asks both again.
+    again = dict(recovery.requests(TERM))
+    assert again["a"].nonce != first["a"].nonce
+    late_from_b = _answer(log, 2, first["b"], 1 << 20)
+    assert recovery.reply("b", late_from_b, TERM) is None, "a has not answered since"
+    # a's answer to the first request, delivered twice and late, counts once.
+    late_from_a = _answer(log, 2, first["a"], 1 << 20)
+    recovered = recovery.reply("a", late_from_a, TERM)
+    assert isinstance(recovered, RecoveredWitness)
+    assert list(recovered.entries) == log.slice(3, 5)
+
+
+def test_a_late_part_of_an_earlier_chain_is_dropped() -> None:
+    """A part that is not whole counts only as the answer to the request out: one of an
+    earlier request would start a second chain."""
+    log = _log([(i, 1) for i in range(1, 11)], commit=2)
+    recovery = WitnessRecovery(("a",), NONCE, "w")
+    ((_, first),) = recovery.requests(TERM)
+    follow_up = recovery.reply("a", _answer(log, 2, first, max_bytes=1), TERM)
+    assert isinstance(follow_up, RecoverRequest)
+    assert recovery.reply("a", _answer(log, 2, first, max_bytes=1), TERM) is None

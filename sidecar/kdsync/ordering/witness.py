@@ -14,7 +14,9 @@ up: a member added lately may be the candidate the witness voted for before it l
 memory.
 
 An answer is bounded in bytes like every peer message; a longer log comes in parts
-(``WitnessRecovery``).
+(``WitnessRecovery``). Each request carries its own nonce, which the answer echoes: the
+witness keeps one request out per member and takes one answer to it, so a re-ask or a
+frame delivered twice never starts a second chain of parts.
 
 Every member answers, recovering witnesses too (with their empty state): a candidate the
 witness voted for before losing its memory is either alive and knows its term, or it
@@ -23,6 +25,7 @@ restarted, and its old candidacy can no longer collect votes (incarnations).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from kdsync.ordering.configuration import Configuration
@@ -115,12 +118,24 @@ class WitnessRecovery:
     started, which is all the recovery needs (logs and terms only move forward). A kept
     answer is asked for afresh too, and replaced once the fresh one is complete: the
     members it names may have left the group since.
+
+    One request is out to each member at a time, and only one answer to it counts. A
+    re-ask repeats the request still out (same nonce, same point), so whichever copy is
+    answered first counts and the other answer is dropped; so is an answer delivered
+    twice. Without that, every copy of an answer that starts afresh (which cannot be told
+    from another) started a chain of its own, and while the group committed faster than
+    parts arrived the chains multiplied (simulator seed 6017355). A whole answer (one
+    message from the commit index) to any request of this start counts too: it starts no
+    chain, and a one-message answer is asked for again at every re-ask, so on a link
+    slower than the re-ask period only the earlier requests' answers would ever arrive.
     """
 
-    def __init__(self, peers: tuple[str, ...], nonce: int, me: str) -> None:
+    def __init__(self, peers: tuple[str, ...], incarnation: int, me: str) -> None:
         self._seed = peers  # from the startup file, until an answer says who is in
         self._me = me
-        self._nonce = nonce
+        self._start = _start_tag(incarnation)  # the high bits of this start's nonces
+        self._sent = 0  # requests made: the low bits of their nonces
+        self._out: dict[str, int] = {}  # member -> nonce of the one request out to it
         self._complete: dict[str, _Answer] = {}
         self._partial: dict[str, _Answer] = {}
         self._asked: set[str] = set()
@@ -177,21 +192,36 @@ class WitnessRecovery:
         return sorted(named - {self._me})
 
     def _request(self, term: int, peer: str) -> RecoverRequest:
+        """The request out to ``peer`` again, or a new one after what came so far. The
+        one out always continues the current partial answer: that changes only when an
+        answer to it is taken, which ends it."""
+        nonce = self._out.get(peer)
+        if nonce is None:
+            self._sent += 1
+            nonce = self._start | (self._sent & _REQUEST_MASK)
+            self._out[peer] = nonce
         partial = self._partial.get(peer)
         if partial is None:
-            return RecoverRequest(term, self._nonce)
+            return RecoverRequest(term, nonce)
         index, entry_term = partial.last()
-        return RecoverRequest(term, self._nonce, index, entry_term)
+        return RecoverRequest(term, nonce, index, entry_term)
 
     def reply(
         self, sender: str, reply: RecoverReply, term: int
     ) -> RecoveredWitness | RecoverRequest | None:
         """The recovered state once every answer is complete; the request for the next
         part when this one says there is more; else None."""
-        if reply.nonce != self._nonce or (
-            sender in self._complete and sender not in self._refreshing
-        ):
-            return None
+        whole = not reply.more and reply.prev_index == reply.commit_index
+        if reply.nonce == self._out.get(sender):
+            del self._out[sender]
+        elif whole and reply.nonce & ~_REQUEST_MASK == self._start:
+            if sender in self._complete and sender not in self._refreshing:
+                return None  # answered already, and not asked again since
+            # An earlier request's answer, late: it ends the one out, and any chain.
+            self._out.pop(sender, None)
+            self._partial.pop(sender, None)
+        else:
+            return None  # a copy, a part of an earlier chain, or from before a restart
         partial = self._partial.get(sender)
         if partial is not None and (reply.prev_index, reply.prev_term) == partial.last():
             partial.entries.extend(reply.entries)
@@ -206,7 +236,7 @@ class WitnessRecovery:
                 reply.config,
             )
         else:
-            return None  # a part continuing something we no longer hold
+            return None  # continues nothing we hold (not what we asked): the re-ask asks
         if reply.more:
             self._partial[sender] = partial
             return self._request(term, sender)
@@ -227,3 +257,16 @@ class WitnessRecovery:
             tuple(best.entries),
             best.config,
         )
+
+
+# A nonce is 63 bits (the wire's signed 64): the start's tag above, the request's number
+# (modulo 2**20) below. A reply to a request a million requests back would be taken for
+# the one out: a recovery makes a few per member and re-ask, not a million.
+_REQUEST_MASK = (1 << 20) - 1
+
+
+def _start_tag(incarnation: int) -> int:
+    """The nonces' high bits, unique to this start of the witness (an answer sent to an
+    earlier start does not match) and deterministic for the simulator."""
+    digest = hashlib.blake2b(incarnation.to_bytes(8, "big"), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") >> 1) & ~_REQUEST_MASK
