@@ -71,6 +71,48 @@ def _sidecar_pods(cluster: Cluster) -> dict[str, dict[str, Any]]:
     return {p["metadata"]["labels"]["kdsync.io/member"]: p for p in pods}
 
 
+def _restart_steps(
+    cluster: Cluster, member: str, deleted_at: datetime.datetime
+) -> dict[str, float]:
+    """Where a sidecar pod's restart went, from the deletion: the new pod's creation (the
+    old one had terminated: a StatefulSet waits for it), its container's start, the
+    sidecar's first log line, its "running" line (Kafka opened, ordering log recovered,
+    peer listener up) and its first line following or leading, and the pod's Ready
+    condition (the readiness probe; the log is kept in .kdsync-run).
+    Kubernetes' own times are whole seconds; the log's are exact."""
+    pod = _sidecar_pods(cluster)[member]
+    name = pod["metadata"]["name"]
+    steps: dict[str, datetime.datetime | None] = {
+        "new pod created": _time(pod["metadata"]["creationTimestamp"]),
+        "container started": None,
+        "sidecar first log line": None,
+        "sidecar running": None,
+        "sidecar follows or leads": None,
+        "pod Ready": _ready_since(pod),
+    }
+    for status in pod.get("status", {}).get("containerStatuses", []):
+        started = status.get("state", {}).get("running", {}).get("startedAt")
+        if status.get("name") == "kdsync" and started:
+            steps["container started"] = _time(started)
+    logs = cluster.kubectl("logs", name, "-c", "kdsync", "-n", NAMESPACE, "--timestamps")
+    (REPO_ROOT / ".kdsync-run" / f"e2e-restarted-{member}.log").write_text(logs.stdout)
+    for line in logs.stdout.splitlines():
+        stamp, _, text = line.partition(" ")
+        at = _time(stamp[:26] + "Z" if len(stamp) > 27 else stamp)
+        steps["sidecar first log line"] = steps["sidecar first log line"] or at
+        if steps["sidecar running"] is None and re.search(r"member \S+ of group \S+ running", text):
+            steps["sidecar running"] = at
+        if steps["sidecar follows or leads"] is None and re.search(
+            r"term \d+: (follower|leader): ", text
+        ):
+            steps["sidecar follows or leads"] = at
+    return {
+        step: round((at - deleted_at).total_seconds(), 1)
+        for step, at in steps.items()
+        if at is not None
+    }
+
+
 def _group_ready(cluster: Cluster) -> bool:
     group = cluster.get("kdg", GROUP) or {}
     ready = cluster.condition("kdg", GROUP, "Ready")
@@ -188,12 +230,32 @@ def _watch_delivery(cluster: Cluster, events: int) -> str:
     return pod
 
 
-def _longest_pause(cluster: Cluster, watch: str) -> float:
+def _longest_pause(cluster: Cluster, watch: str, timeline: str) -> float:
     """The longest time member one delivered nothing while the watched traffic ran; the
-    watch fails the test if it did not see every event."""
+    watch fails the test if it did not see every event. Where the pause fell among the
+    namespace's events (pods killed, created, started, the operator's membership
+    changes) goes to .kdsync-run/e2e-timeline-<timeline>.json."""
     result = cluster.tool_result(watch, timeout=600)
     print(f"delivery at member one during the edit: {json.dumps(result)}")
-    return float(result["longest_gap_s"])
+    longest = float(result["longest_gap_s"])
+    began = _time(str(result["gap_began_at"]))
+    rows = [
+        (began.isoformat(), f"delivery pause at one begins ({longest} s)"),
+        ((began + datetime.timedelta(seconds=longest)).isoformat(), "delivery pause ends"),
+    ]
+    for event in cluster.items("events"):
+        involved = event.get("involvedObject") or {}
+        if involved.get("kind") in ("Pod", "StatefulSet", "KdsyncGroup"):
+            with_time = event.get("eventTime") or event.get("lastTimestamp")
+            if with_time:
+                what = f"{involved.get('name')}: {event.get('reason')}: {event.get('message')}"
+                rows.append((_time(str(with_time)).isoformat(), what[:200]))
+    first = began - datetime.timedelta(seconds=120)
+    last = began + datetime.timedelta(seconds=longest + 30)
+    shown = sorted(r for r in rows if first <= _time(r[0]) <= last)
+    path = REPO_ROOT / ".kdsync-run" / f"e2e-timeline-{timeline}.json"
+    path.write_text(json.dumps(shown, indent=1))
+    return longest
 
 
 def _check(
@@ -299,6 +361,7 @@ def test_a_sidecar_pod_killed_under_traffic_is_recreated_and_exactly_once_holds(
     )
     old = _sidecar_pods(cluster)["one"]["metadata"]["uid"]
     began = time.monotonic()
+    deleted_at = datetime.datetime.now(datetime.UTC)
     cluster.kubectl("delete", "pod", f"{GROUP}-one-0", "-n", NAMESPACE, "--wait=false")
 
     def replaced_and_ready() -> bool:
@@ -307,6 +370,8 @@ def test_a_sidecar_pod_killed_under_traffic_is_recreated_and_exactly_once_holds(
 
     wait_for("the recreated sidecar pod to be Ready", replaced_and_ready, timeout=300, interval=0.5)
     figures["sidecar pod deleted -> new pod Ready"] = round(time.monotonic() - began, 1)
+    for step, seconds in _restart_steps(cluster, "one", deleted_at).items():
+        figures[f"sidecar pod deleted -> {step}"] = seconds
     wait_for(
         "the group to be Ready again", lambda: _group_ready(cluster), timeout=300, interval=0.5
     )
@@ -486,7 +551,7 @@ def test_editing_members_removes_the_witness_then_adds_another_at_runtime_under_
     for pod in producers:
         cluster.tool_result(pod, timeout=600)
     figures["members edits (witness out, witness in): longest delivery pause at one"] = (
-        _longest_pause(cluster, watch)
+        _longest_pause(cluster, watch, "witness-out-in")
     )
     _check(cluster, traffic)
 
@@ -579,7 +644,7 @@ def test_editing_members_adds_a_data_member_with_a_spark_backfill_then_removes_i
     for pod in producers:
         cluster.tool_result(pod, timeout=600)
     figures["members edit: data member added (backfill): longest delivery pause at one"] = (
-        _longest_pause(cluster, watch)
+        _longest_pause(cluster, watch, "data-member-join")
     )
     _check(cluster, traffic, also={"three": bootstrap})
     began = time.monotonic()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import datetime
 import itertools
 import json
 import random
@@ -245,7 +246,7 @@ def watch(args: argparse.Namespace) -> None:
         time.sleep(0.2)  # polling for the topic, within the deadline
         partitions = _partitions(consumer, args.topic)
     consumer.assign([TopicPartition(args.topic, p, ends.get(p, 0)) for p in partitions])
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     arrivals: list[float] = []
     while len(arrivals) < args.expect and time.monotonic() < deadline:
         batch = consumer.consume(num_messages=10_000, timeout=0.1)
@@ -259,6 +260,10 @@ def watch(args: argparse.Namespace) -> None:
             "events": len(arrivals),
             "longest_gap_s": round(longest, 2),
             "gap_began_s": round(at, 1),  # since the watch began to read
+            # On the node's clock, to set beside the pods' and events' times.
+            "gap_began_at": datetime.datetime.fromtimestamp(
+                started_wall + at, datetime.UTC
+            ).isoformat(),
             "first_s": round(arrivals[0], 1) if arrivals else None,
             "last_s": round(arrivals[-1], 1) if arrivals else None,
         }
