@@ -165,22 +165,37 @@ class Elections(NodeState):
 
     def _on_pre_vote_request(self, candidate: str, request: PreVoteRequest) -> None:
         # Neither our term nor our timer changes: a pre-vote disturbs nobody.
+        alive = self._leader_is_alive()
         grant = (
             request.term > self.term
-            and not self._leader_is_alive()
+            and not alive
             and self._log_is_current(request.last_index, request.last_term)
         )
         if not grant and request.term > self.term:
             reason = (
                 "a live leader is known"
-                if self._leader_is_alive()
+                if alive
                 else f"its log ({request.last_term}, {request.last_index}) is behind ours "
                 f"({self.log.last_term}, {self.log.last_index})"
             )
             self._event(
                 "vote-refused", f"pre-vote of {candidate} for term {request.term}: {reason}"
             )
+            if not alive:
+                self._ask_again(candidate)
         self._send(candidate, PreVoteReply(self.term, grant, request.incarnation))
+
+    def _ask_again(self, voter: str) -> None:
+        """Send ``voter`` the request of our election round under way, if any: it asks
+        for votes it cannot win (its log is behind ours), so it is up, and it may have
+        been down when we asked. Without this the round waits for our timeout, which
+        rounds nobody could answer have backed off (a two-member group whose other
+        member restarted waited 8-16 election timeouts)."""
+        last = (self.log.last_index, self.log.last_term, self.incarnation)
+        if self.role == Role.PRE_CANDIDATE:
+            self._send(voter, PreVoteRequest(self.term + 1, *last))
+        elif self.role == Role.CANDIDATE:
+            self._send(voter, VoteRequest(self.term, *last))
 
     def _on_pre_vote_reply(self, voter: str, reply: PreVoteReply) -> None:
         if reply.incarnation != self.incarnation:
