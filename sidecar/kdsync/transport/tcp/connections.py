@@ -46,7 +46,6 @@ from kdsync.transport.tcp.handshake import (
     handshake_as_dialer,
     handshake_as_listener,
 )
-from kdsync.transport.tcp.interruptible import until_woken
 from kdsync.transport.tcp.refusals import RefusalCounter, RefusalReason, handshake_refusal
 from kdsync.transport.tcp.streams import (
     CLOSE_TIMEOUT,
@@ -355,19 +354,13 @@ class TcpTransport:
             peer.status = LinkStatus.CONNECTING
             peer.next_attempt_at = None
             peer.connect_attempts += 1
-            peer.wake.clear()
             try:
                 async with asyncio.timeout(self.config.connect_timeout_s):
-                    link = await until_woken(self._dial(peer), peer.wake, _close_link)
+                    reader, writer, rdma = await self._dial(peer)
             except Exception as exc:
                 self._record_error(peer, exc, "connect failed")
             else:
                 peer.backoff.reset()
-                if link is None:
-                    # It reached us meanwhile: this attempt may be to an address it no
-                    # longer has (a restarted pod's old IP hangs until the timeout).
-                    continue
-                reader, writer, rdma = link
                 peer.status = LinkStatus.CONNECTED
                 peer.connected_since = time.time()
                 peer.logged_error = None
@@ -529,10 +522,9 @@ class TcpTransport:
                 )
             else:
                 logger.info("accepted connection from member %s at %s", name, remote)
-            if peer.status in (LinkStatus.BACKOFF, LinkStatus.CONNECTING):
+            if peer.status is LinkStatus.BACKOFF:
                 # It is up and takes us as a member (it restarted, or just learned that we
-                # are one): dial it now, not at the end of a backoff of up to backoff_max_s
-                # or of an attempt that may hang until connect_timeout_s.
+                # are one): dial it now, not at the end of a backoff of up to backoff_max_s.
                 peer.backoff.reset()
                 peer.wake.set()
             await self._take_frames(peer, reader, writer, rdma)
@@ -646,8 +638,3 @@ if TYPE_CHECKING:
     def _implements_peer_transport(transport: TcpTransport) -> PeerTransport:
         # mypy proves TcpTransport structurally satisfies the interface.
         return transport
-
-
-async def _close_link(link: tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]) -> None:
-    """Releases a dialled link nobody will use (its dial loop was cancelled meanwhile)."""
-    await close_writer(link[1])
