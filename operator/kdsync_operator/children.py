@@ -360,8 +360,8 @@ def _container(group: Group, member: MemberSpec) -> Obj:
             {"name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP"},
         ],
         # Every second: a rollout step and a membership edit wait for the member to be
-        # Ready, and a 5 s period left a restarted member unseen for 7.5 s after it ran
-        # (e2e, 2026-11-29). 15 failures: unready after 15 s, as with 3 x 5 s before.
+        # Ready, and a 5 s period added up to 5 s to each. 15 failures: unready after
+        # 15 s, as with 3 x 5 s before.
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "http"},
             "periodSeconds": 1,

@@ -46,14 +46,9 @@ def test_a_leader_is_elected_within_a_bounded_number_of_ticks() -> None:
     assert pump.node(leader).term == term
 
 
-def test_a_member_back_in_a_two_member_group_finds_a_leader_without_the_backoff() -> None:
-    """While the other member of a two-member group is down, the survivor's elections
-    fail and its timeout backs off to eight times the base. When the other returns
-    behind it (the survivor appended while it still led), only the survivor can win;
-    the returning member's refused pre-vote makes it send that member its own pre-vote
-    request again, instead of waiting for its backed-off timeout to ask. (A roll of
-    such a group on Kubernetes paused delivery 20-24 s, most of it this wait: the e2e's
-    witness removal, 2026-11-29.)"""
+def _survivor_backed_off() -> tuple[Pump, str, str]:
+    """A two-member group whose follower crashed after the leader appended: the leader
+    steps down, and its pre-vote rounds fail until its timeout has backed off fully."""
     pump = Pump(GroupSpec(("a", "b")))
     pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "first election")
     survivor = pump.leader()
@@ -64,14 +59,44 @@ def test_a_member_back_in_a_two_member_group_finds_a_leader_without_the_backoff(
     for _ in range(40 * TIMING.election_ticks):
         pump.tick()
     alone = pump.node(survivor)
-    assert alone.role is not Role.LEADER
+    assert alone.role is Role.PRE_CANDIDATE
     assert alone._timer.level == TIMING.election_backoff, "the scenario needs a backed-off timer"
+    return pump, survivor, returning
+
+
+def test_a_member_back_in_a_two_member_group_finds_a_leader_without_the_backoff() -> None:
+    """While the other member of a two-member group is down, the survivor's elections
+    fail and its timeout backs off to eight times the base. When the other returns
+    behind it (the survivor appended while it still led), only the survivor can win;
+    the returning member's refused pre-vote makes it send that member its own pre-vote
+    request again, instead of waiting for its backed-off timeout to ask. (A roll of
+    such a group on Kubernetes paused delivery 20-24 s, most of it this wait: the e2e's
+    witness removal, 2026-11-29.)"""
+    pump, survivor, returning = _survivor_backed_off()
+    term = pump.node(survivor).term
     pump.start(returning)
     took = pump.run_until(lambda: pump.leader() is not None, ELECTION_DEADLINE, "a leader again")
     assert pump.leader() == survivor
+    assert pump.node(survivor).term == term + 1, "one campaign, nothing in between"
     # The returning member's first pre-vote (after 1-2 timeouts) and the answers to it;
     # waiting out the backoff took 8-16 timeouts.
     assert took <= 2 * TIMING.election_ticks + 5, f"took {took} ticks"
+
+
+def test_only_a_voter_in_the_rounds_term_is_asked_again() -> None:
+    """A member outside our configuration, or one in a higher term (its refusal would
+    make us a follower in its term), is not sent our pre-vote request."""
+    pump, survivor, returning = _survivor_backed_off()
+    node = pump.node(survivor)
+    node.ready()  # what the last tick had to send
+    behind = (0, 0, 7)  # an empty log, incarnation 7
+    for sender, term in (("stranger", node.term + 1), (returning, node.term + 2)):
+        node.receive(sender, PreVoteRequest(term, *behind))
+        again = [o for o in node.ready().messages if isinstance(o.message, PreVoteRequest)]
+        assert again == [], (sender, again)
+    node.receive(returning, PreVoteRequest(node.term + 1, *behind))
+    again = [o for o in node.ready().messages if isinstance(o.message, PreVoteRequest)]
+    assert [(o.to, o.message.term) for o in again] == [(returning, node.term + 1)]
 
 
 def test_a_new_leader_is_elected_when_the_leader_crashes() -> None:

@@ -181,21 +181,24 @@ class Elections(NodeState):
             self._event(
                 "vote-refused", f"pre-vote of {candidate} for term {request.term}: {reason}"
             )
-            if not alive:
+            if not alive and request.term <= self.term + 1:
                 self._ask_again(candidate)
         self._send(candidate, PreVoteReply(self.term, grant, request.incarnation))
 
     def _ask_again(self, voter: str) -> None:
-        """Send ``voter`` the request of our election round under way, if any: it asks
-        for votes it cannot win (its log is behind ours), so it is up, and it may have
-        been down when we asked. Without this the round waits for our timeout, which
-        rounds nobody could answer have backed off (a two-member group whose other
-        member restarted waited 8-16 election timeouts)."""
-        last = (self.log.last_index, self.log.last_term, self.incarnation)
-        if self.role == Role.PRE_CANDIDATE:
-            self._send(voter, PreVoteRequest(self.term + 1, *last))
-        elif self.role == Role.CANDIDATE:
-            self._send(voter, VoteRequest(self.term, *last))
+        """Send ``voter`` our pre-vote request again, if a pre-vote round of ours is under
+        way: it asks for votes it cannot win (its log is behind ours), so it is up, and it
+        may have been down when we asked. Without this the round waits for our timeout,
+        which rounds nobody could answer have backed off (a two-member group whose other
+        member restarted waited 8-16 election timeouts). Only a voter of ours is asked, and
+        only one in no higher term than the round's: its refusal would carry its term and
+        turn us into a follower, the disturbance a pre-vote must not cause."""
+        if self.role != Role.PRE_CANDIDATE or voter not in self._voting_peers():
+            return
+        request = PreVoteRequest(
+            self.term + 1, self.log.last_index, self.log.last_term, self.incarnation
+        )
+        self._send(voter, request)
 
     def _on_pre_vote_reply(self, voter: str, reply: PreVoteReply) -> None:
         if reply.incarnation != self.incarnation:
