@@ -71,11 +71,15 @@ class Elections(NodeState):
             "pre-vote",
             f"{heard} for {self._timer.timeout} ticks; asking for term {self.term + 1}",
         )
-        request = PreVoteRequest(
-            self.term + 1, self.log.last_index, self.log.last_term, self.incarnation
-        )
+        request = self._pre_vote_request()
         for peer in self._voting_peers():
             self._send(peer, request)
+
+    def _pre_vote_request(self) -> PreVoteRequest:
+        """What a pre-vote round asks: the next term, with our log's last entry."""
+        return PreVoteRequest(
+            self.term + 1, self.log.last_index, self.log.last_term, self.incarnation
+        )
 
     def _campaign(self, transfer: bool = False) -> None:
         self.role = Role.CANDIDATE
@@ -181,11 +185,11 @@ class Elections(NodeState):
             self._event(
                 "vote-refused", f"pre-vote of {candidate} for term {request.term}: {reason}"
             )
-            if not alive and request.term <= self.term + 1:
-                self._ask_again(candidate)
+            if not alive:
+                self._ask_again(candidate, request.term)
         self._send(candidate, PreVoteReply(self.term, grant, request.incarnation))
 
-    def _ask_again(self, voter: str) -> None:
+    def _ask_again(self, voter: str, its_term: int) -> None:
         """Send ``voter`` our pre-vote request again, if a pre-vote round of ours is under
         way: it asks for votes it cannot win (its log is behind ours), so it is up, and it
         may have been down when we asked. Without this the round waits for our timeout,
@@ -195,10 +199,9 @@ class Elections(NodeState):
         turn us into a follower, the disturbance a pre-vote must not cause."""
         if self.role != Role.PRE_CANDIDATE or voter not in self._voting_peers():
             return
-        request = PreVoteRequest(
-            self.term + 1, self.log.last_index, self.log.last_term, self.incarnation
-        )
-        self._send(voter, request)
+        request = self._pre_vote_request()
+        if its_term <= request.term:
+            self._send(voter, request)
 
     def _on_pre_vote_reply(self, voter: str, reply: PreVoteReply) -> None:
         if reply.incarnation != self.incarnation:
