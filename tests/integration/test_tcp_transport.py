@@ -13,7 +13,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,10 @@ from kdsync.transport import (
 )
 from kdsync.transport.framing import LENGTH_PREFIX, encode_frame
 from kdsync.transport.tcp import TcpTransport
+from kdsync.transport.tcp.connect_phase import AddressInfo
 from kdsync.transport.tls import client_context
 from tests.support.leak_checks import no_resource_warnings
+from tests.support.slow_link import slow_link
 
 GROUP = "orders"
 MEMBERS = ["a", "b", "c"]
@@ -912,5 +914,74 @@ def test_a_peer_that_reaches_us_is_dialled_back_at_once_not_after_the_backoff(
                 frames = await receive_frames(b, 1)  # within the deadline, not 30-60 s
                 assert frames == [("a", b"queued while b was down")]
                 assert a.peer_states()["b"].connect_attempts == 2
+
+    run(main)
+
+
+def test_a_dial_waiting_for_an_old_address_gives_way_when_the_peer_reaches_us(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """b's name still resolves to an address that never completes a TCP handshake (a
+    restarted pod's old IP; here a listener whose backlog is full, so the kernel drops
+    a's SYNs), and a's dial waits on it. b, up again at its new address, dials a: a
+    abandons the pending handshake and dials afresh, resolving b's name to where it is
+    now. Without that a waits out its connect timeout (60 s here; on a real node this
+    was about 7 of the 11 s before a restarted member heard its leader)."""
+    configs = group_configs(pki, ["a", "b"], connect_timeout_s=60.0)
+    port = int(configs["b"].listen.rsplit(":", 1)[1])
+    a_config = replace(configs["a"], peers={**configs["a"].peers, "b": f"b.peers.test:{port}"})
+    address_of_b = {"now": "127.0.0.2"}  # the old address, until b is up again
+
+    async def main() -> None:
+        asked = asyncio.Event()
+
+        async def resolve(host: str, port: int) -> Sequence[AddressInfo]:
+            assert host == "b.peers.test"
+            asked.set()
+            return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (address_of_b["now"], port))]
+
+        with socket.socket() as old, socket.socket() as backlog:
+            old.bind(("127.0.0.2", port))
+            old.listen(0)
+            backlog.connect(("127.0.0.2", port))  # fills the accept queue
+            a = TcpTransport(a_config, jitter=no_jitter, resolve=resolve)
+            await a.start()
+            try:
+                await asyncio.wait_for(asked.wait(), DEADLINE_S)
+                assert a.send("b", b"queued while the dial waited")
+                address_of_b["now"] = "127.0.0.1"
+                async with running(configs["b"]) as (b,):
+                    frames = await receive_frames(b, 1)  # within 15 s, not 60 s
+                    assert frames == [("a", b"queued while the dial waited")]
+                    assert a.peer_states()["b"].connect_attempts == 2
+            finally:
+                await a.close()
+
+    run(main)
+
+
+def test_members_dialling_each_other_across_a_slow_link_connect_at_the_first_attempt(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """Across 100 ms each way, a and b start together and dial each other: each one's
+    connection reaches the other while the other's own dial is still in its TLS
+    handshake. Neither gives up its dial for that (only a dial still waiting for its TCP
+    handshake gives way), so both link at the first attempt: an earlier change that
+    abandoned whole dials made such pairs cancel each other's dials over and over."""
+    configs = group_configs(pki, ["a", "b"])
+    ports = {name: int(config.listen.rsplit(":", 1)[1]) for name, config in configs.items()}
+
+    async def main() -> None:
+        async with (
+            slow_link(ports["b"], 0.1) as to_b,
+            slow_link(ports["a"], 0.1) as to_a,
+        ):
+            a_config = replace(configs["a"], peers={**configs["a"].peers, "b": f"127.0.0.1:{to_b}"})
+            b_config = replace(configs["b"], peers={**configs["b"].peers, "a": f"127.0.0.1:{to_a}"})
+            async with running(a_config, b_config) as (a, b):
+                await wait_until(connected(a, "b"), "a links b")
+                await wait_until(connected(b, "a"), "b links a")
+                assert a.peer_states()["b"].connect_attempts == 1
+                assert b.peer_states()["a"].connect_attempts == 1
 
     run(main)

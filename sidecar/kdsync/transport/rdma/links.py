@@ -46,8 +46,11 @@ from kdsync.transport.rdma.verbs import (
     VerbsLink,
 )
 from kdsync.transport.rdma_config import RdmaSettings
-from kdsync.transport.tcp.connections import Peer, TcpTransport, watch_for_close
+from kdsync.transport.tcp.connect_phase import Resolver, system_resolver
+from kdsync.transport.tcp.connections import TcpTransport
 from kdsync.transport.tcp.handshake import HandshakeError
+from kdsync.transport.tcp.peer import Peer
+from kdsync.transport.tcp.receiving import frame_timeout, watch_for_close
 from kdsync.transport.tcp_config import TcpTransportConfig
 
 logger = logging.getLogger(__name__)
@@ -78,8 +81,9 @@ class RdmaTransport(TcpTransport):
         open_device: Callable[[RdmaSettings], VerbsDevice] = open_pyverbs_device,
         jitter: Callable[[], float] = random.random,
         registry: CollectorRegistry | None = None,
+        resolve: Resolver = system_resolver,
     ) -> None:
-        super().__init__(config, jitter=jitter, registry=registry)
+        super().__init__(config, jitter=jitter, registry=registry, resolve=resolve)
         self.settings = settings
         self._open_device = open_device
         self._device: VerbsDevice | None = None
@@ -237,7 +241,7 @@ class RdmaTransport(TcpTransport):
         if closed in done:
             closed.result()  # raises why the link ended
         if not done:
-            raise self._frame_timeout(peer)
+            raise frame_timeout(peer.name, self.config.frame_timeout_s)
 
 
 class _Setup:

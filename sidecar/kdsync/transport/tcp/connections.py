@@ -18,10 +18,10 @@ import asyncio
 import contextlib
 import logging
 import random
+import socket
 import ssl
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -38,17 +38,24 @@ from kdsync.transport.base import (
     TransportClosed,
     validate_member_name,
 )
-from kdsync.transport.framing import HEADER_BYTES, check_frame_size, encode_frames, frame_size
+from kdsync.transport.framing import check_frame_size, encode_frames
 from kdsync.transport.tcp.backoff import ExponentialBackoff
+from kdsync.transport.tcp.connect_phase import (
+    GIVE_WAY_AFTER_S,
+    Resolver,
+    open_socket,
+    system_resolver,
+    until_woken,
+)
 from kdsync.transport.tcp.flow import InboundBuffer, SendQueue
 from kdsync.transport.tcp.handshake import (
-    HandshakeError,
     handshake_as_dialer,
     handshake_as_listener,
 )
+from kdsync.transport.tcp.peer import Peer
+from kdsync.transport.tcp.receiving import receive_frames, watch_for_close
 from kdsync.transport.tcp.refusals import RefusalCounter, RefusalReason, handshake_refusal
 from kdsync.transport.tcp.streams import (
-    CLOSE_TIMEOUT,
     EXPECTED_LINK_ERRORS,
     STREAM_LIMIT,
     close_writer,
@@ -66,62 +73,14 @@ _WRITE_HIGH_WATER = 1024 * 1024
 _WRITE_BATCH_BYTES = 1024 * 1024
 
 
-@dataclass
-class Peer:
-    """Mutable per-peer bookkeeping; ``PeerState`` is its public snapshot. (Shared with
-    ``RdmaTransport``, which moves the same queues and counters over queue pairs.)"""
-
-    name: str
-    address: str
-    host: str
-    port: int
-    queue: SendQueue
-    backoff: ExponentialBackoff
-    status: LinkStatus = LinkStatus.CONNECTING
-    last_error: str | None = None
-    last_error_at: float | None = None
-    logged_error: str | None = None
-    connected_since: float | None = None
-    next_attempt_at: float | None = None
-    connect_attempts: int = 0
-    frames_sent: int = 0
-    bytes_sent: int = 0
-    frames_dropped: int = 0
-    frames_received: int = 0
-    bytes_received: int = 0
-    inbound_task: asyncio.Task[Any] | None = field(default=None, repr=False)
-    dial_task: asyncio.Task[None] | None = field(default=None, repr=False)
-    retired: bool = False  # left the group: no longer dialled, frames for it dropped
-    # Set when the peer reached us while our link to it waits out a backoff.
-    wake: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-
-    def snapshot(self) -> PeerState:
-        return PeerState(
-            peer=self.name,
-            address=self.address,
-            outbound=LinkStatus.RETIRED if self.retired else self.status,
-            inbound_connected=self.inbound_task is not None,
-            last_error=self.last_error,
-            last_error_at=self.last_error_at,
-            connected_since=self.connected_since,
-            next_attempt_at=self.next_attempt_at,
-            connect_attempts=self.connect_attempts,
-            queued_frames=len(self.queue.frames),
-            queued_bytes=self.queue.bytes,
-            frames_sent=self.frames_sent,
-            bytes_sent=self.bytes_sent,
-            frames_dropped=self.frames_dropped,
-            frames_received=self.frames_received,
-            bytes_received=self.bytes_received,
-        )
-
-
 class TcpTransport:
     """``PeerTransport`` over TCP with mutual TLS (or explicitly insecure plaintext).
 
     ``jitter`` is the randomness for reconnect backoff (floats in [0, 1)); inject a
-    fixed function in tests. ``registry`` receives the refused-connections counter
-    (``kdsync.transport.tcp.refusals``); the sidecar passes the one ``/metrics`` serves.
+    fixed function in tests. ``resolve`` turns a peer's host into addresses (tests move
+    a name from one address to another with it). ``registry`` receives the
+    refused-connections counter (``kdsync.transport.tcp.refusals``); the sidecar passes
+    the one ``/metrics`` serves.
     """
 
     def __init__(
@@ -130,9 +89,11 @@ class TcpTransport:
         *,
         jitter: Callable[[], float] = random.random,
         registry: CollectorRegistry | None = None,
+        resolve: Resolver = system_resolver,
     ) -> None:
         self.config = config
         self._jitter = jitter
+        self._resolve = resolve
         self._peers: dict[str, Peer] = {}
         for name in config.other_members():
             self._peers[name] = self._new_peer(name, config.peers[name])
@@ -356,11 +317,14 @@ class TcpTransport:
             peer.connect_attempts += 1
             try:
                 async with asyncio.timeout(self.config.connect_timeout_s):
-                    reader, writer, rdma = await self._dial(peer)
+                    link = await self._dial(peer)
             except Exception as exc:
                 self._record_error(peer, exc, "connect failed")
             else:
                 peer.backoff.reset()
+                if link is None:
+                    continue  # it reached us while this dial waited for TCP: dial afresh
+                reader, writer, rdma = link
                 peer.status = LinkStatus.CONNECTED
                 peer.connected_since = time.time()
                 peer.logged_error = None
@@ -380,21 +344,46 @@ class TcpTransport:
                 async with asyncio.timeout(delay):
                     await peer.wake.wait()
 
-    async def _dial(self, peer: Peer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
+    async def _dial(
+        self, peer: Peer
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool] | None:
         """A connected, authenticated link to ``peer``, and whether its frames go over
-        RDMA (both sides offered it)."""
-        if self._client_ssl is not None:
-            reader, writer = await asyncio.open_connection(
-                peer.host,
-                peer.port,
-                limit=STREAM_LIMIT,
-                ssl=self._client_ssl,
-                ssl_handshake_timeout=self.config.connect_timeout_s,
-                ssl_shutdown_timeout=CLOSE_TIMEOUT,
-            )
-        else:
-            reader, writer = await asyncio.open_connection(peer.host, peer.port, limit=STREAM_LIMIT)
+        RDMA (both sides offered it); None if the peer reached us while the TCP handshake
+        was pending (``connect_phase``)."""
+        addresses = await self._resolve(peer.host, peer.port)
+        peer.wake.clear()
+        peer.awaiting_tcp = True
         try:
+            sock = await until_woken(
+                open_socket(peer.host, addresses),
+                peer.wake,
+                socket.socket.close,
+                patience_s=GIVE_WAY_AFTER_S,
+            )
+        finally:
+            peer.awaiting_tcp = False
+        if sock is None:
+            logger.info(
+                "peer %s reached us while our dial to %s waited for TCP; dialling afresh",
+                peer.name,
+                peer.address,
+            )
+            return None
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock, limit=STREAM_LIMIT)
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            if self._client_ssl is not None:
+                # TLS on the open stream rather than open_connection(sock=..., ssl=...):
+                # on 3.11 a cancellation (a timeout, close()) landing just after that call
+                # made its transport left the transport unclosed.
+                await writer.start_tls(
+                    self._client_ssl,
+                    server_hostname=peer.host,
+                    ssl_handshake_timeout=self.config.connect_timeout_s,
+                )
             detect_dead_peers(writer)
             rdma = await handshake_as_dialer(
                 reader,
@@ -522,9 +511,10 @@ class TcpTransport:
                 )
             else:
                 logger.info("accepted connection from member %s at %s", name, remote)
-            if peer.status is LinkStatus.BACKOFF:
+            if peer.status is LinkStatus.BACKOFF or peer.awaiting_tcp:
                 # It is up and takes us as a member (it restarted, or just learned that we
-                # are one): dial it now, not at the end of a backoff of up to backoff_max_s.
+                # are one): dial it now, not at the end of a backoff of up to backoff_max_s
+                # or of a TCP handshake with an address it may no longer have.
                 peer.backoff.reset()
                 peer.wake.set()
             await self._take_frames(peer, reader, writer, rdma)
@@ -556,81 +546,14 @@ class TcpTransport:
     ) -> None:
         """Receive ``peer``'s frames on an authenticated link until it ends.
         ``RdmaTransport`` takes the links where ``rdma`` is set."""
-        await self._receive_frames(peer, reader, writer)
-
-    async def _receive_frames(
-        self, peer: Peer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        # An idle link may wait for a frame indefinitely; once a frame's length prefix
-        # arrived, its payload must arrive within frame_timeout_s, else a trickling
-        # sender holds the link. (A stalled prefix holds at most 3 bytes, no more than
-        # an idle link.) A watchdog checks twice per timeout: a per-frame
-        # asyncio.timeout cost ~40% of small-frame throughput in hack/bench-transport.
-        clock = _FrameClock()
-        watchdog = asyncio.create_task(
-            self._watch_frame_progress(clock, writer), name=f"kdsync-frame-watch-{peer.name}"
+        await receive_frames(
+            peer,
+            reader,
+            writer,
+            self._inbound,
+            max_frame_bytes=self.config.max_frame_bytes,
+            frame_timeout_s=self.config.frame_timeout_s,
         )
-        loop = asyncio.get_running_loop()
-        max_frame_bytes = self.config.max_frame_bytes
-        try:
-            while True:
-                try:
-                    size = frame_size(await reader.readexactly(HEADER_BYTES), max_frame_bytes)
-                except asyncio.IncompleteReadError as exc:
-                    if not exc.partial:
-                        return  # clean close between frames
-                    raise
-                payload = b""
-                if size:
-                    clock.started_at = loop.time()
-                    try:
-                        payload = await reader.readexactly(size)
-                    except (asyncio.IncompleteReadError, OSError):
-                        if clock.stalled:
-                            raise self._frame_timeout(peer) from None
-                        raise
-                    clock.started_at = None
-                peer.frames_received += 1
-                peer.bytes_received += len(payload)
-                await self._inbound.put(ReceivedFrame(peer.name, payload))
-        finally:
-            watchdog.cancel()
-            await asyncio.gather(watchdog, return_exceptions=True)
-
-    def _frame_timeout(self, peer: Peer) -> FrameTimeout:
-        return FrameTimeout(
-            f"member {peer.name} started a frame and did not finish it within "
-            f"{self.config.frame_timeout_s:g} s"
-        )
-
-    async def _watch_frame_progress(self, clock: _FrameClock, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        limit = self.config.frame_timeout_s
-        while True:
-            await asyncio.sleep(limit / 2)
-            started = clock.started_at
-            if started is not None and loop.time() - started > limit:
-                clock.stalled = True
-                writer.transport.abort()  # the receiver's read ends; it reports the timeout
-                return
-
-
-@dataclass
-class _FrameClock:
-    """When the frame being read began (loop time; None between frames)."""
-
-    started_at: float | None = None
-    stalled: bool = False
-
-
-async def watch_for_close(reader: asyncio.StreamReader, link: str = "a send-only link") -> None:
-    """Return-by-raising when the other end closes a connection it sends nothing more on:
-    the listener of an outbound link (after ``welcome``), or the dialer of an RDMA link's
-    control connection (after its setup). Any data is a protocol error."""
-    data = await reader.read(HEADER_BYTES)
-    if data:
-        raise HandshakeError(f"peer sent data on {link}")
-    raise ConnectionResetError("peer closed the connection")
 
 
 if TYPE_CHECKING:
