@@ -985,3 +985,48 @@ def test_members_dialling_each_other_across_a_slow_link_connect_at_the_first_att
                 assert b.peer_states()["a"].connect_attempts == 1
 
     run(main)
+
+
+def test_a_dial_to_a_changed_address_still_gives_way_when_the_peer_reaches_us(
+    pki: dict[str, MemberTlsFiles],
+) -> None:
+    """b's address changes (the log names another than the startup file) while a's dial
+    to the old one waits for its TCP handshake: the new dial loop's handshake waits too,
+    and must still give way when b reaches a, not wait out the old loop's cleanup
+    clearing its mark (the connect timeout is 60 s here)."""
+    configs = group_configs(pki, ["a", "b"], connect_timeout_s=60.0)
+    port = int(configs["b"].listen.rsplit(":", 1)[1])
+    a_config = replace(configs["a"], peers={**configs["a"].peers, "b": f"b-old.peers.test:{port}"})
+    addresses = {"b-old.peers.test": "127.0.0.2", "b-new.peers.test": "127.0.0.3"}
+
+    async def main() -> None:
+        asked: dict[str, asyncio.Event] = {name: asyncio.Event() for name in addresses}
+
+        async def resolve(host: str, port: int) -> Sequence[AddressInfo]:
+            asked[host].set()
+            return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (addresses[host], port))]
+
+        with contextlib.ExitStack() as stack:
+            for ip in ("127.0.0.2", "127.0.0.3"):
+                hole, backlog = (
+                    stack.enter_context(socket.socket()),
+                    stack.enter_context(socket.socket()),
+                )
+                hole.bind((ip, port))
+                hole.listen(0)
+                backlog.connect((ip, port))  # fills the accept queue: SYNs are dropped
+            a = TcpTransport(a_config, jitter=no_jitter, resolve=resolve)
+            await a.start()
+            try:
+                await asyncio.wait_for(asked["b-old.peers.test"].wait(), DEADLINE_S)
+                assert a.add_peer("b", f"b-new.peers.test:{port}")
+                await asyncio.wait_for(asked["b-new.peers.test"].wait(), DEADLINE_S)
+                assert a.send("b", b"queued while both dials waited")
+                addresses["b-new.peers.test"] = "127.0.0.1"
+                async with running(configs["b"]) as (b,):
+                    frames = await receive_frames(b, 1)  # within 15 s, not 60 s
+                    assert frames == [("a", b"queued while both dials waited")]
+            finally:
+                await a.close()
+
+    run(main)

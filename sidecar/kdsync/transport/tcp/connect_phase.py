@@ -82,10 +82,11 @@ async def until_woken(
     patience_s: float = 0.0,
 ) -> T | None:
     """``attempt``'s result, or None when ``wake`` is set first and the attempt does not
-    end within ``patience_s`` of its start (it is then cancelled, and how it ended no
-    longer matters). An attempt that ends first by raising raises here. If this call is
-    cancelled, so is the attempt, and a result it had already, or gets while it ends, is
-    released with ``discard`` (e.g. a socket closed)."""
+    succeed within ``patience_s`` of its start (it is then cancelled if still running;
+    an error it ended with no longer matters: the caller tries afresh). An attempt that
+    ends first by raising raises here. If this call is cancelled, so is the attempt, and
+    a result it had already, or gets while it ends, is released with ``discard`` (e.g. a
+    socket closed)."""
     loop = asyncio.get_running_loop()
     give_way_at = loop.time() + patience_s
     trying = asyncio.ensure_future(attempt)

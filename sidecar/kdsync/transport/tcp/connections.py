@@ -352,7 +352,8 @@ class TcpTransport:
         was pending (``connect_phase``)."""
         addresses = await self._resolve(peer.host, peer.port)
         peer.wake.clear()
-        peer.awaiting_tcp = True
+        dialling = asyncio.current_task()
+        peer.awaiting_tcp = dialling
         try:
             sock = await until_woken(
                 open_socket(peer.host, addresses),
@@ -361,7 +362,9 @@ class TcpTransport:
                 patience_s=GIVE_WAY_AFTER_S,
             )
         finally:
-            peer.awaiting_tcp = False
+            # Unless a newer dial loop (the peer's address changed) took over meanwhile.
+            if peer.awaiting_tcp is dialling:
+                peer.awaiting_tcp = None
         if sock is None:
             logger.info(
                 "peer %s reached us while our dial to %s waited for TCP; dialling afresh",
@@ -379,11 +382,17 @@ class TcpTransport:
                 # TLS on the open stream rather than open_connection(sock=..., ssl=...):
                 # on 3.11 a cancellation (a timeout, close()) landing just after that call
                 # made its transport left the transport unclosed.
-                await writer.start_tls(
-                    self._client_ssl,
-                    server_hostname=peer.host,
-                    ssl_handshake_timeout=self.config.connect_timeout_s,
-                )
+                try:
+                    await writer.start_tls(
+                        self._client_ssl,
+                        server_hostname=peer.host,
+                        ssl_handshake_timeout=self.config.connect_timeout_s,
+                    )
+                except BaseException:
+                    # At once: a stream whose TLS handshake was cut never reports closed,
+                    # so close_writer would wait out its whole timeout.
+                    writer.transport.abort()
+                    raise
             detect_dead_peers(writer)
             rdma = await handshake_as_dialer(
                 reader,
@@ -457,7 +466,10 @@ class TcpTransport:
             writer.transport.abort()
             return
         self._pending_handshakes += 1
-        self._spawn(self._serve_inbound(reader, writer), "kdsync-inbound")
+        serving = self._spawn(self._serve_inbound(reader, writer), "kdsync-inbound")
+        # However it ends, even cancelled by close() before it first ran (its own
+        # cleanup then never runs), the connection is closed.
+        serving.add_done_callback(lambda _: writer.transport.abort())
 
     def _refuse(self, reason: RefusalReason, remote: object, detail: str) -> None:
         self._rejected_connections += 1
@@ -511,7 +523,7 @@ class TcpTransport:
                 )
             else:
                 logger.info("accepted connection from member %s at %s", name, remote)
-            if peer.status is LinkStatus.BACKOFF or peer.awaiting_tcp:
+            if peer.status is LinkStatus.BACKOFF or peer.awaiting_tcp is not None:
                 # It is up and takes us as a member (it restarted, or just learned that we
                 # are one): dial it now, not at the end of a backoff of up to backoff_max_s
                 # or of a TCP handshake with an address it may no longer have.

@@ -40,7 +40,8 @@ class Peer:
     # Set when the peer reached us while our link to it waits out a backoff or for its
     # TCP handshake (``connect_phase``): it is up, so dial it now.
     wake: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    awaiting_tcp: bool = False  # our dial to it waits for its TCP handshake (not for DNS)
+    # The dial loop whose dial waits for its TCP handshake (not for DNS), if one does.
+    awaiting_tcp: asyncio.Task[Any] | None = field(default=None, repr=False)
 
     def snapshot(self) -> PeerState:
         return PeerState(
