@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -45,6 +47,7 @@ OPERATOR_NAMESPACE = "kdsync-system"
 SPARK_NAMESPACE = "spark-operator"
 RELEASE = "kdsync-operator"
 FIGURES_PATH = REPO_ROOT / ".kdsync-run" / "e2e-figures.json"
+POD_LOGS_KEPT = REPO_ROOT / ".kdsync-run" / "e2e-pod-logs"
 TOOL_IMAGE = "kdsync-sidecar:dev"
 
 
@@ -230,6 +233,46 @@ def node(figures: dict[str, float]) -> Iterator[LocalNode]:
 @pytest.fixture(scope="package")
 def cluster(node: LocalNode) -> Cluster:
     return Cluster(node)
+
+
+def _copy_pod_logs(pod_logs: Path, kept: Path) -> None:
+    """Copies the test namespace's container logs (not the tool pods') that grew since
+    the last copy. The kubelet names a pod's folder by namespace, name and uid."""
+    for log in pod_logs.glob(f"{NAMESPACE}_*/*/*.log"):
+        folder = log.parent.parent.name
+        if folder.startswith(f"{NAMESPACE}_tool-"):
+            continue
+        target = kept / folder / f"{log.parent.name}-{log.name}"
+        try:
+            if target.exists() and target.stat().st_size == log.stat().st_size:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, target)
+        except FileNotFoundError:  # the pod was deleted meanwhile
+            continue
+
+
+@pytest.fixture(scope="package", autouse=True)
+def pod_logs_kept(node: LocalNode) -> Iterator[Path]:
+    """Every sidecar's (and broker's) log in ``.kdsync-run/e2e-pod-logs``, killed and
+    rolled pods' too: the kubelet deletes a pod's logs with it, and a pause in delivery
+    over a roll is found in the logs of the pods rolled. Copied every second, so up to
+    the last second of a killed pod's log may be missing."""
+    shutil.rmtree(POD_LOGS_KEPT, ignore_errors=True)
+    stop = threading.Event()
+
+    def keep() -> None:
+        while not stop.wait(1.0):
+            _copy_pod_logs(node.paths.pod_logs, POD_LOGS_KEPT)
+
+    keeper = threading.Thread(target=keep, name="pod-logs-kept", daemon=True)
+    keeper.start()
+    try:
+        yield POD_LOGS_KEPT
+    finally:
+        stop.set()
+        keeper.join(30)
+        _copy_pod_logs(node.paths.pod_logs, POD_LOGS_KEPT)
 
 
 @pytest.fixture(scope="package")

@@ -918,6 +918,34 @@ def test_a_peer_that_reaches_us_is_dialled_back_at_once_not_after_the_backoff(
     run(main)
 
 
+@contextlib.contextmanager
+def _unanswered(port: int, *ips: str) -> Iterator[None]:
+    """A listener at each of ``ips`` whose accept queue is full, so that the kernel drops
+    the SYNs sent there: an address that never completes a TCP handshake, as a restarted
+    pod's old IP (Linux, with 127.0.0.x bindable)."""
+    with contextlib.ExitStack() as stack:
+        for ip in ips:
+            hole = stack.enter_context(socket.socket())
+            backlog = stack.enter_context(socket.socket())
+            hole.bind((ip, port))
+            hole.listen(0)
+            backlog.connect((ip, port))  # fills the accept queue
+        yield
+
+
+class _Names:
+    """The transport's resolver port over a table the test edits, as DNS moves a
+    restarted pod's name; ``asked[name]`` is set once a dial has resolved ``name``."""
+
+    def __init__(self, table: dict[str, str]) -> None:
+        self.table = table
+        self.asked = {name: asyncio.Event() for name in table}
+
+    async def resolve(self, host: str, port: int) -> Sequence[AddressInfo]:
+        self.asked[host].set()
+        return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (self.table[host], port))]
+
+
 def test_a_dial_waiting_for_an_old_address_gives_way_when_the_peer_reaches_us(
     pki: dict[str, MemberTlsFiles],
 ) -> None:
@@ -930,26 +958,16 @@ def test_a_dial_waiting_for_an_old_address_gives_way_when_the_peer_reaches_us(
     configs = group_configs(pki, ["a", "b"], connect_timeout_s=60.0)
     port = int(configs["b"].listen.rsplit(":", 1)[1])
     a_config = replace(configs["a"], peers={**configs["a"].peers, "b": f"b.peers.test:{port}"})
-    address_of_b = {"now": "127.0.0.2"}  # the old address, until b is up again
 
     async def main() -> None:
-        asked = asyncio.Event()
-
-        async def resolve(host: str, port: int) -> Sequence[AddressInfo]:
-            assert host == "b.peers.test"
-            asked.set()
-            return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (address_of_b["now"], port))]
-
-        with socket.socket() as old, socket.socket() as backlog:
-            old.bind(("127.0.0.2", port))
-            old.listen(0)
-            backlog.connect(("127.0.0.2", port))  # fills the accept queue
-            a = TcpTransport(a_config, jitter=no_jitter, resolve=resolve)
+        names = _Names({"b.peers.test": "127.0.0.2"})  # the old address, until b is up again
+        with _unanswered(port, "127.0.0.2"):
+            a = TcpTransport(a_config, jitter=no_jitter, resolve=names.resolve)
             await a.start()
             try:
-                await asyncio.wait_for(asked.wait(), DEADLINE_S)
+                await asyncio.wait_for(names.asked["b.peers.test"].wait(), DEADLINE_S)
                 assert a.send("b", b"queued while the dial waited")
-                address_of_b["now"] = "127.0.0.1"
+                names.table["b.peers.test"] = "127.0.0.1"
                 async with running(configs["b"]) as (b,):
                     frames = await receive_frames(b, 1)  # within 15 s, not 60 s
                     assert frames == [("a", b"queued while the dial waited")]
@@ -997,32 +1015,18 @@ def test_a_dial_to_a_changed_address_still_gives_way_when_the_peer_reaches_us(
     configs = group_configs(pki, ["a", "b"], connect_timeout_s=60.0)
     port = int(configs["b"].listen.rsplit(":", 1)[1])
     a_config = replace(configs["a"], peers={**configs["a"].peers, "b": f"b-old.peers.test:{port}"})
-    addresses = {"b-old.peers.test": "127.0.0.2", "b-new.peers.test": "127.0.0.3"}
 
     async def main() -> None:
-        asked: dict[str, asyncio.Event] = {name: asyncio.Event() for name in addresses}
-
-        async def resolve(host: str, port: int) -> Sequence[AddressInfo]:
-            asked[host].set()
-            return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (addresses[host], port))]
-
-        with contextlib.ExitStack() as stack:
-            for ip in ("127.0.0.2", "127.0.0.3"):
-                hole, backlog = (
-                    stack.enter_context(socket.socket()),
-                    stack.enter_context(socket.socket()),
-                )
-                hole.bind((ip, port))
-                hole.listen(0)
-                backlog.connect((ip, port))  # fills the accept queue: SYNs are dropped
-            a = TcpTransport(a_config, jitter=no_jitter, resolve=resolve)
+        names = _Names({"b-old.peers.test": "127.0.0.2", "b-new.peers.test": "127.0.0.3"})
+        with _unanswered(port, "127.0.0.2", "127.0.0.3"):
+            a = TcpTransport(a_config, jitter=no_jitter, resolve=names.resolve)
             await a.start()
             try:
-                await asyncio.wait_for(asked["b-old.peers.test"].wait(), DEADLINE_S)
+                await asyncio.wait_for(names.asked["b-old.peers.test"].wait(), DEADLINE_S)
                 assert a.add_peer("b", f"b-new.peers.test:{port}")
-                await asyncio.wait_for(asked["b-new.peers.test"].wait(), DEADLINE_S)
+                await asyncio.wait_for(names.asked["b-new.peers.test"].wait(), DEADLINE_S)
                 assert a.send("b", b"queued while both dials waited")
-                addresses["b-new.peers.test"] = "127.0.0.1"
+                names.table["b-new.peers.test"] = "127.0.0.1"
                 async with running(configs["b"]) as (b,):
                     frames = await receive_frames(b, 1)  # within 15 s, not 60 s
                     assert frames == [("a", b"queued while both dials waited")]

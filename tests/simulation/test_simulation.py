@@ -19,14 +19,17 @@ from tests.simulation.mutants import DRIVER_MUTANTS, MUTANTS
 
 SEEDS_TO_CATCH = 800  # a broken variant must fail within this many scenarios
 
-SCENARIOS = int(os.environ.get("KDSYNC_SIM_SCENARIOS", "10000"))
+# CI's campaign. It was 10,000 until CI outgrew its hour on a machine half as fast: the
+# campaign is a fifth of CI's CPU, and CI keeps both cores busy. Bigger and other ranges
+# run by hand (`python -m kdsync.simulation --first-seed N --scenarios M`).
+SCENARIOS = int(os.environ.get("KDSYNC_SIM_SCENARIOS", "5000"))
 
 
-# About 0.1 CPU-second a scenario: some 17 minutes on CI's two cores, more when loaded (27
-# minutes at low priority beside the integration lane; over 45 when other work shared the
-# machine). The limit only catches a hang; the campaign's size is fixed.
+# 0.1 to 0.2 CPU-second a scenario (machines differ twice over): 4 to 8 minutes alone on
+# two cores, 25 to 50 at low priority beside the other lanes. The limit only catches a
+# hang; the campaign's size is fixed.
 @pytest.mark.timeout(3600)
-def test_ten_thousand_scenarios_keep_every_property() -> None:
+def test_five_thousand_scenarios_keep_every_property() -> None:
     """Agreement, exactly-once, origin order, fidelity, gapless sequence numbers, and
     delivery of every event within a bound once the group heals, over mixed 2, 3, 5 and
     7 member groups (with and without witnesses; linked as the sidecar's peer links do,
