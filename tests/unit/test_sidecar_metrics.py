@@ -78,6 +78,13 @@ def test_a_removed_member_leaves_no_series_and_the_others_keep_theirs() -> None:
     _removed(metrics, mirror, "m2")  # again, or one never seen: no error
     _removed(metrics, mirror, "m9")
     assert _members_named(metrics) == {"m3"}
-    # A member seen again (removed, then added back) starts its series afresh.
+    # Its last batches, ordered before its removal and applied after it, bring nothing
+    # back (an alert on its heartbeats would fire for a member that is gone).
+    mirror.replicated("m2", HEARTBEATS, [20.0], [10], now=1001.0)
+    mirror.members_in_force(["m1", "m3"])
     mirror.replicated("m2", "orders", [20.0], [10], now=1001.0)
+    assert _members_named(metrics) == {"m3"}
+    # A member added back starts its series afresh.
+    mirror.members_in_force(["m1", "m2", "m3"])
+    mirror.replicated("m2", "orders", [20.0], [10], now=1002.0)
     assert _members_named(metrics) == {"m2", "m3"}

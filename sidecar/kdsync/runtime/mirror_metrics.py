@@ -155,11 +155,16 @@ class MirrorMetrics:
         self._latency_window: dict[tuple[str, str], WindowStat] = {}
         self._bytes_window: dict[tuple[str, str], WindowStat] = {}
         self._age_window: dict[str, WindowStat] = {}
+        # Members whose removal committed: their last batches, ordered before the removal,
+        # may be applied after it, and must not bring their series back.
+        self._departed: set[str] = set()
 
     def replicated(
         self, source: str, topic: str, latencies_ms: list[float], sizes: list[int], now: float
     ) -> None:
         """Records from ``source``'s ``topic`` were committed here (one transaction)."""
+        if source in self._departed:
+            return
         labels = (source, self.member, topic)
         key = (source, topic)
         self.record_count.labels(*labels).inc(len(sizes))
@@ -190,10 +195,17 @@ class MirrorMetrics:
     def lag(self, topic: str, partition: int, records: int) -> None:
         self.record_lag.labels(topic, str(partition)).set(max(0, records))
 
+    def members_in_force(self, members: Iterable[str]) -> None:
+        """The configuration in force names ``members``: one removed and added back
+        again has series again."""
+        self._departed.difference_update(members)
+
     def forget_source(self, source: str) -> None:
         """Drop every series and window of origin ``source``, a member whose removal
-        committed: a heartbeat counter that no longer grows would fire an alert for a
-        member that is gone."""
+        committed, and keep them dropped until it is a member again
+        (``members_in_force``): a heartbeat counter that no longer grows would fire an
+        alert for a member that is gone."""
+        self._departed.add(source)
         keys = {k for k in (*self._bytes_window, *self._latency_window) if k[0] == source}
         pair_metrics = (
             self.latency, self.latency_max, self.latency_avg, self.record_count, self.byte_rate,

@@ -414,6 +414,7 @@ class Sidecar:
         m.group_members.set(len(config.members))
         if self.peer_links is not None:
             # A member whose removal committed is gone for good: drop its series too.
+            self.mirror.members_in_force(config.members)
             for name in self.peer_links.retire_departed(node):
                 m.forget_member(name)
                 self.mirror.forget_source(name)
