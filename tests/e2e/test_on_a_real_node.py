@@ -78,7 +78,7 @@ def _restart_steps(
     old one had terminated: a StatefulSet waits for it), its container's start, the
     sidecar's first log line, its "running" line (Kafka opened, ordering log recovered,
     peer listener up) and its first line following or leading, and the pod's Ready
-    condition (the readiness probe; the log is kept in .kdsync-run).
+    condition (the readiness probe; the pod's log is kept in .kdsync-run/e2e-pod-logs).
     Kubernetes' own times are whole seconds; the log's are exact."""
     pod = _sidecar_pods(cluster)[member]
     name = pod["metadata"]["name"]
@@ -95,7 +95,6 @@ def _restart_steps(
         if status.get("name") == "kdsync" and started:
             steps["container started"] = _time(started)
     logs = cluster.kubectl("logs", name, "-c", "kdsync", "-n", NAMESPACE, "--timestamps")
-    (REPO_ROOT / ".kdsync-run" / f"e2e-restarted-{member}.log").write_text(logs.stdout)
     for line in logs.stdout.splitlines():
         stamp, _, text = line.partition(" ")
         at = _time(stamp[:26] + "Z" if len(stamp) > 27 else stamp)

@@ -20,7 +20,7 @@ from tests.simulation.mutants import DRIVER_MUTANTS, MUTANTS
 SEEDS_TO_CATCH = 800  # a broken variant must fail within this many scenarios
 
 # CI's campaign. It was 10,000 until CI outgrew its hour on a machine half as fast: the
-# campaign is a fifth of CI's CPU, and CI keeps both cores busy. Bigger and other ranges
+# campaign was a third of CI's CPU, and CI keeps both cores busy. Bigger and other ranges
 # run by hand (`python -m kdsync.simulation --first-seed N --scenarios M`).
 SCENARIOS = int(os.environ.get("KDSYNC_SIM_SCENARIOS", "5000"))
 
