@@ -110,6 +110,7 @@ class Elections(NodeState):
         self._led_since = self._now
         self._tracker = ProgressTracker(self._peers, self.log.last_index + 1, self._now)
         self._term_start = self.log.last_index + 1  # where our no-op goes, below
+        self._commit_marks.clear()
         self._uncommitted = {}
         self._uncommitted_bytes = 0
         for index in range(self.commit_index + 1, self.log.last_index + 1):

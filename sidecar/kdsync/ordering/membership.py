@@ -7,7 +7,8 @@ dissertation, section 4), proposed on the leader and carried by the log.
   without it, a change proposed by a new leader could decide alongside one its
   predecessor appended but never committed).
 - A new data member joins as a learner: it stores and applies but neither votes nor
-  counts. The leader makes it a voter once it is within one Append of the commit index.
+  counts. The leader makes it a voter once it holds what was committed an election
+  timeout ago, or is within one Append of the commit index.
 - A leader asked to remove itself hands leadership over first; the change is then
   proposed again on the new leader (the shell retries on whoever leads).
 """
@@ -55,9 +56,22 @@ class Membership(NodeState):
         self._configs_changed(index, [entry])
 
     def _maybe_promote_learner(self) -> None:
-        """On a leader's heartbeat: a learner that has caught up becomes a voter."""
+        """On a leader's heartbeat: a learner that has caught up becomes a voter.
+
+        Caught up means it answered lately and holds what was committed an election
+        timeout ago, or is within one Append of the commit index. A distance in entries
+        alone never passed under steady traffic for a learner whose log writes (or link)
+        are slower than the voters': it trails by its write time's worth of entries
+        (tests/simulation/test_learner_promotion.py). Its time behind is what matters: a
+        new voter behind by less than an election timeout is as good as any."""
         config = self.config
         tracker = self._tracker
+        marks = self._commit_marks
+        marks.append((self._now, self.commit_index))
+        horizon = self._now - self.timing.election_ticks
+        while len(marks) > 1 and marks[1][0] <= horizon:
+            marks.popleft()  # keep the last mark at or before the horizon
+        committed_then = marks[0][1] if marks[0][0] <= horizon else None
         if (
             not config.learners
             or tracker is None
@@ -72,6 +86,8 @@ class Membership(NodeState):
         recently = self._now - self.timing.election_ticks
         for learner in config.learners:
             progress = tracker[learner]
-            if progress.acked_at >= recently and progress.match + window >= self.commit_index:
+            close = progress.match + window >= self.commit_index
+            held_then = committed_then is not None and progress.match >= committed_then
+            if progress.acked_at >= recently and (close or held_then):
                 self._append_config(config.promoted(learner))
                 return

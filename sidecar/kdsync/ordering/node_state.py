@@ -86,6 +86,9 @@ class NodeState:
         self._tracker: ProgressTracker | None = None  # while leading
         self._led_since = NEVER
         self._term_start = 0  # as leader: the index of our term's first entry (its no-op)
+        # As leader: (tick, commit index) at each heartbeat, back to an election timeout
+        # ago, to tell how long ago a learner's position was the commit index.
+        self._commit_marks: deque[tuple[int, int]] = deque()
         # As leader: when we were asked to remove ourselves (we hand over first).
         self._leave_asked_at = NEVER
         self._transfer_sent_at = NEVER  # as leader: when we last sent a TimeoutNow

@@ -50,7 +50,7 @@ class MembershipOperator:
         self.removed: set[str] = set()  # out of the configuration in force
         self.leaving: set[str] = set()  # being removed, or removed: produces no more
         self._stop_at: dict[str, int] = {}
-        self.done: list[str] = []  # steps completed, for the report
+        self.done: list[tuple[MembershipStep, int]] = []  # steps completed, and the tick
 
     @property
     def pending(self) -> tuple[MembershipStep, ...]:
@@ -119,7 +119,7 @@ class MembershipOperator:
 
     def _finish(self, step: MembershipStep, now: int) -> None:
         self._steps.popleft()
-        self.done.append(f"{step.kind} {step.member} at tick {now}")
+        self.done.append((step, now))
 
     def _leader(self) -> SimMember | None:
         """The up member that leads in the highest term."""

@@ -16,7 +16,13 @@ from kdsync.simulation.member import (
 )
 from kdsync.simulation.membership import MembershipOperator
 from kdsync.simulation.network import LinkFaults, SimNetwork
-from kdsync.simulation.scenario import HALT_TRAFFIC_TICKS, TRIGGER_TICKS, Fault, Scenario
+from kdsync.simulation.scenario import (
+    HALT_TRAFFIC_TICKS,
+    TRIGGER_TICKS,
+    Fault,
+    MembershipStep,
+    Scenario,
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,8 @@ class Outcome:
     # When the faulty phase ended, with traffic still flowing: committed entries each data
     # member that was up had not applied yet (how far behind a returned member still is).
     unapplied_at_heal: tuple[tuple[str, int], ...] = ()
+    # The membership steps completed, each with the tick it completed at.
+    membership_done: tuple[tuple[MembershipStep, int], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -271,6 +279,7 @@ def run_scenario(
         settled_after,
         drivers,
         unapplied_at_heal,
+        tuple(operator.done),
     )
 
 
