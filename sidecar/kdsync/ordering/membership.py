@@ -83,11 +83,10 @@ class Membership(NodeState):
         ):
             return
         window = self.timing.max_entries_per_append
-        recently = self._now - self.timing.election_ticks
         for learner in config.learners:
             progress = tracker[learner]
             close = progress.match + window >= self.commit_index
             held_then = committed_then is not None and progress.match >= committed_then
-            if progress.acked_at >= recently and (close or held_then):
+            if progress.acked_at >= horizon and (close or held_then):
                 self._append_config(config.promoted(learner))
                 return
