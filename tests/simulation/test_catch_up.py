@@ -25,8 +25,11 @@ from kdsync.simulation.scenario import Fault, Scenario
 
 ELECTION_TICKS = 20
 RETAINED = 64  # applied entries a leader keeps in memory for peers that lag
-# Healthy members trail the commit index by about a dozen entries at this rate.
-CAUGHT_UP = RETAINED // 2
+# Slack over twice the others' lag. Healthy members trail the commit index by about a
+# dozen entries at this rate; with no log memory, by what commits during a read-back (47-84
+# in seeds 1-4), and m2 by 94-128. The failures this test was written for were 120 behind
+# with the others at about 8, and 1,442.
+CAUGHT_UP = RETAINED
 
 
 def _returning_member(load_ticks: int, max_log_bytes: int) -> Scenario:

@@ -30,6 +30,9 @@ class Progress:
 
     next: int  # the next index to send
     match: int = 0  # the peer's log is known to match ours up to here
+    # The peer holds entries matching ours up to here, written or not: what it answered
+    # receiving. Slow log writes keep ``match`` behind it; a lost Append does not.
+    received: int = 0
     state: ProgressState = ProgressState.PROBE
     probe_sent: bool = False  # a probe is in flight (answered or resent on heartbeat)
     unanswered_probes: int = 0  # resent probes carry no entries: a slow peer gets less
@@ -38,8 +41,8 @@ class Progress:
     sent_commit: int = 0  # the commit index last told to the peer
     incarnation: int | None = None  # the peer's, from its replies
     applied: int = 0  # the peer's entries up to here are in its T-global
-    # Appends sent and not yet acknowledged: (last index, bytes), oldest first.
-    inflight: deque[tuple[int, int]] = field(default_factory=deque)
+    # Appends sent and not yet acknowledged: (last index, bytes, tick sent), oldest first.
+    inflight: deque[tuple[int, int, int]] = field(default_factory=deque)
     inflight_bytes: int = 0
 
     def become_probe(self, floor: int = 0) -> None:
@@ -58,8 +61,10 @@ class Progress:
         self.state = ProgressState.REPLICATE
         self.next = max(self.match, floor) + 1
 
-    def update_match(self, match: int, now: int) -> bool:
-        """A successful reply up to ``match``; True when that is progress."""
+    def update_match(self, match: int, received: int, now: int) -> bool:
+        """A reply: the peer wrote up to ``match`` and holds up to ``received``; True when
+        its ``match`` grew."""
+        self.received = max(self.received, received, match)
         if match <= self.match:
             return False  # heartbeats are answered while lost entries still need resending
         self.match = match
@@ -69,9 +74,22 @@ class Progress:
             self.inflight_bytes -= self.inflight.popleft()[1]
         return True
 
-    def sent(self, last_index: int, size: int) -> None:
-        self.inflight.append((last_index, size))
+    def sent(self, last_index: int, size: int, now: int) -> None:
+        self.inflight.append((last_index, size, now))
         self.inflight_bytes += size
+
+    def stalled(self, now: int, patience: int) -> bool:
+        """An Append sent ``patience`` ticks ago or more is not answered as received: it,
+        or its answer, was lost. Unwritten entries the peer answered receiving are not:
+        it writes slowly, and resending them would only repeat what it holds (read back
+        again from storage, for a peer far behind). With nothing in flight, no growth
+        of ``match`` for four times ``patience``: a read-back for it may take that long
+        on a busy broker, but a peer we cannot send to from where it stands (a witness
+        leader holds no history) must be probed from elsewhere."""
+        for last_index, _, sent_at in self.inflight:
+            if last_index > self.received:
+                return now - sent_at >= patience
+        return not self.inflight and now - self.progress_at >= 4 * patience
 
     def window_open(self, max_bytes: int) -> bool:
         return len(self.inflight) < MAX_INFLIGHT_APPENDS and self.inflight_bytes < max_bytes
@@ -83,7 +101,7 @@ class Progress:
     def restarted(self, last_index: int) -> None:
         """The peer came back with a new incarnation: what it acknowledged may be gone
         (a witness keeps nothing), so probe again from our end."""
-        self.match = 0
+        self.match = self.received = 0
         self.become_probe()
         self.next = last_index + 1
 

@@ -209,11 +209,11 @@ class Replication(NodeState):
             pr = tracker[peer]
             if heartbeat:
                 pr.probe_sent = False
-                # A peer with Appends unanswered for an election timeout is probed again;
-                # one with none out is waiting on a read-back for it, which may take
-                # longer on a busy broker (probing would restart it one entry at a time).
-                patience = self.timing.election_ticks * (1 if pr.inflight else 4)
-                stalled = self._now - pr.progress_at >= patience
+                # A peer that has not answered receiving an Append for an election
+                # timeout is probed again; not one that writes slowly. One with none out
+                # waits on a read-back for it, which may take longer on a busy broker:
+                # probing would restart it one entry at a time (Progress.stalled).
+                stalled = pr.stalled(self._now, self.timing.election_ticks)
                 if pr.state == ProgressState.REPLICATE and stalled and pr.match < last:
                     pr.become_probe(self._probe_floor(peer))
             if self.config.is_witness(peer) and pr.next <= self.log.snapshot_index:
@@ -237,7 +237,7 @@ class Replication(NodeState):
                 # so a slow peer's queue stays short and it hears heartbeats in time.
                 entries = self._entries_for(pr.next)
                 if entries and self._send_append(peer, entries, pr.next - 1):
-                    pr.sent(entries[-1].index, sum(entry_size(e) for e in entries))
+                    pr.sent(entries[-1].index, sum(entry_size(e) for e in entries), self._now)
                 elif entries is None and heartbeat:
                     # Read back for the peer meanwhile: it must still hear us, or it
                     # campaigns while we wait on a slow broker.
@@ -285,12 +285,15 @@ class Replication(NodeState):
                 self._start_over_configs(prev_index, append.config, committed)
             else:
                 hint = min(self.log.last_index, prev_index - 1)
+                # What we wrote of this leader's log still counts: a heartbeat at a position
+                # we lack (its compacted prefix) must not hide a slow write's progress.
+                written = min(self._leader_match, self._durable_end())
                 self._send(
                     leader,
                     AppendReply(
                         self.term,
                         False,
-                        0,
+                        written,
                         hint,
                         prev_index,
                         append.incarnation,
@@ -315,9 +318,12 @@ class Replication(NodeState):
         self._known_commit = max(self._known_commit, append.commit)
         self._advance_commit(min(append.commit, match))
         # Acknowledge at once, but only what is written (``persisted`` acknowledges the
-        # rest); ``hint_index`` says how far our log matches, for the next Append.
+        # rest); ``hint_index`` says how far our log matches, for the next Append. Both
+        # count everything this leader sent us, not only this Append: a heartbeat's answer
+        # then repairs a lost acknowledgement of a slow write.
         self._leader_match = max(self._leader_match, match)
         self._leader_incarnation = append.incarnation
+        match = self._leader_match
         durable = min(match, self._durable_end())
         self._reported_match = max(self._reported_match, durable)
         self._send(
@@ -352,13 +358,16 @@ class Replication(NodeState):
             pr.unanswered_probes = 0
         if reply.success:
             pr.applied = max(pr.applied, reply.applied_index)
-            if pr.update_match(reply.match_index, self._now):
+            if pr.update_match(reply.match_index, reply.hint_index, self._now):
                 self._leader_commit()
             if pr.state == ProgressState.PROBE:
                 pr.become_replicate(self._probe_floor(peer))
             # The peer holds (not yet all written) entries up to hint_index: go on from there.
             pr.next = max(pr.next, reply.hint_index + 1)
-        elif pr.state == ProgressState.REPLICATE:
+            return
+        if pr.update_match(reply.match_index, reply.match_index, self._now):
+            self._leader_commit()
+        if pr.state == ProgressState.REPLICATE:
             # Refused at or past ``next``: a heartbeat at our compacted prefix to a peer
             # that has not been sent that far yet (it waits on a read-back), which says
             # nothing new. Refused below: its log diverges from what we sent, so probe.

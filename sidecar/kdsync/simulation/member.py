@@ -85,6 +85,7 @@ class SimKafka:
     # Source offsets committed beyond what T-global holds (must never happen).
     positions_ahead: list[str] = field(default_factory=list)
     trimmed_below: int = 0  # the internal log topic holds nothing below this index
+    read_back: int = 0  # log entries read back from the internal log topic, in all
 
     def backfill_copy(self, seed: Configuration) -> SimKafka:
         """What a backfill job gives a new member from this one, as the product's does
@@ -399,6 +400,7 @@ class _SimLogPort:
                     if entry is None:
                         continue
                     found.append(entry)
+                    m.kafka.read_back += 1
                     budget -= entry_size(entry)
                     if budget < 0:
                         break

@@ -39,6 +39,9 @@ class Outcome:
     unapplied_at_heal: tuple[tuple[str, int], ...] = ()
     # The membership steps completed, each with the tick it completed at.
     membership_done: tuple[tuple[MembershipStep, int], ...] = ()
+    # Ordering-log entries each data member read back from its storage (for a lagging
+    # peer, or its own applying past max_log_bytes).
+    read_back: tuple[tuple[str, int], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -280,6 +283,7 @@ def run_scenario(
         drivers,
         unapplied_at_heal,
         tuple(operator.done),
+        tuple((m.name, m.kafka.read_back) for m in data_members),
     )
 
 
