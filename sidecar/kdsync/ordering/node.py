@@ -163,7 +163,7 @@ class OrderingNode(Elections, Replication, Admission, Membership):
         if self._tracker is not None:
             self._leader_commit()
         elif self.role == Role.FOLLOWER and self.leader is not None:
-            durable = min(self._leader_match, self._durable_end())
+            durable = self._written_of_leader()
             if durable > self._reported_match:
                 self._reported_match = durable
                 self._send(

@@ -287,13 +287,12 @@ class Replication(NodeState):
                 hint = min(self.log.last_index, prev_index - 1)
                 # What we wrote of this leader's log still counts: a heartbeat at a position
                 # we lack (its compacted prefix) must not hide a slow write's progress.
-                written = min(self._leader_match, self._durable_end())
                 self._send(
                     leader,
                     AppendReply(
                         self.term,
                         False,
-                        written,
+                        self._written_of_leader(),
                         hint,
                         prev_index,
                         append.incarnation,
@@ -323,8 +322,7 @@ class Replication(NodeState):
         # then repairs a lost acknowledgement of a slow write.
         self._leader_match = max(self._leader_match, match)
         self._leader_incarnation = append.incarnation
-        match = self._leader_match
-        durable = min(match, self._durable_end())
+        durable = self._written_of_leader()
         self._reported_match = max(self._reported_match, durable)
         self._send(
             leader,
@@ -332,7 +330,7 @@ class Replication(NodeState):
                 self.term,
                 True,
                 durable,
-                match,
+                self._leader_match,
                 0,
                 append.incarnation,
                 self.incarnation,
@@ -356,18 +354,17 @@ class Replication(NodeState):
             # This answers the probe in flight (older answers must not trigger resends).
             pr.probe_sent = False
             pr.unanswered_probes = 0
+        # A refusal says what the peer wrote of our log too, but not how far it holds it.
+        received = reply.hint_index if reply.success else reply.match_index
+        if pr.update_match(reply.match_index, received, self._now):
+            self._leader_commit()
         if reply.success:
             pr.applied = max(pr.applied, reply.applied_index)
-            if pr.update_match(reply.match_index, reply.hint_index, self._now):
-                self._leader_commit()
             if pr.state == ProgressState.PROBE:
                 pr.become_replicate(self._probe_floor(peer))
             # The peer holds (not yet all written) entries up to hint_index: go on from there.
             pr.next = max(pr.next, reply.hint_index + 1)
-            return
-        if pr.update_match(reply.match_index, reply.match_index, self._now):
-            self._leader_commit()
-        if pr.state == ProgressState.REPLICATE:
+        elif pr.state == ProgressState.REPLICATE:
             # Refused at or past ``next``: a heartbeat at our compacted prefix to a peer
             # that has not been sent that far yet (it waits on a read-back), which says
             # nothing new. Refused below: its log diverges from what we sent, so probe.
@@ -382,6 +379,11 @@ class Replication(NodeState):
                 # lost what it acknowledged): probe again on the next heartbeat, not in
                 # a loop as fast as the replies come.
                 pr.probe_sent = True
+
+    def _written_of_leader(self) -> int:
+        """How far our log is written and matches the current leader's: what every answer
+        to it acknowledges (``persisted`` too)."""
+        return min(self._leader_match, self._durable_end())
 
     def _probe_floor(self, peer: str) -> int:
         return 0 if self.config.is_witness(peer) else min(self._all_durable, self.commit_index)
